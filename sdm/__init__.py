@@ -1,0 +1,21 @@
+"""sdm: software-defined memory for recommendation-model embeddings.
+
+A tiered embedding store (DRAM, emulated SCM, an LMDB SSD tier) with Numba kernels for the
+pooled gather and cache policies. See README.md for the two set-up commands and the API.
+"""
+
+from sdm import errors
+from sdm.formats import ROW_FORMATS, dequantize_rows, quantize_rows, row_bytes
+from sdm.pooling import embedding_bag
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "__version__",
+    "errors",
+    "ROW_FORMATS",
+    "quantize_rows",
+    "dequantize_rows",
+    "row_bytes",
+    "embedding_bag",
+]

@@ -1,0 +1,5 @@
+import sys
+
+from sdm.cli import main
+
+sys.exit(main())

@@ -1,0 +1,35 @@
+"""The one JIT decorator of sdm.
+
+Every kernel is compiled through :func:`jit` so the flags live in one place:
+
+* ``cache=True``: compiled code is kept on disk beside the module (``__pycache__``), so a
+  fresh process pays only loading, not compiling. Numba keys the cache on the source file's
+  timestamp and the argument types, so an edited kernel is recompiled, never served stale.
+* ``nogil=True``: kernels release the GIL, so a second Python thread runs while one works.
+* ``fastmath`` is off by default: sums must match the reference summation order closely.
+  Kernels that reassociate on purpose (vectorized pooling) ask for it explicitly.
+
+Kernels stay valid plain Python, so ``NUMBA_DISABLE_JIT=1`` runs them interpreted (for
+coverage and debugging).
+"""
+
+from __future__ import annotations
+
+import numba
+
+__all__ = ["jit", "pjit", "prange"]
+
+prange = numba.prange
+
+
+def jit(fn=None, **flags):
+    """``numba.njit`` with sdm's flags (cache, nogil); keyword flags override."""
+    options = {"cache": True, "nogil": True, **flags}
+    if fn is None:
+        return lambda f: numba.njit(**options)(f)
+    return numba.njit(**options)(fn)
+
+
+def pjit(fn=None, **flags):
+    """:func:`jit` with ``parallel=True`` for kernels that split work over cores with ``prange``."""
+    return jit(fn, parallel=True, **flags)

@@ -1,0 +1,1 @@
+"""Numba kernels: pure functions over arrays, no validation (the public wrappers validate)."""

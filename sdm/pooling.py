@@ -1,0 +1,174 @@
+"""Public pooled-gather API (``sdm.embedding_bag``) and the validation shared by every
+caller that takes CSR bags: ids, offsets, per-sample weights."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sdm.errors import IdOutOfRangeError, InvalidArgumentError, InvalidOffsetsError
+from sdm.formats import INT8_TAIL_BYTES, check_format, row_bytes
+from sdm.kernels.bag import bag_float, bag_int8
+
+__all__ = ["embedding_bag", "check_ids", "check_offsets", "check_weights", "POOLING_MODES"]
+
+POOLING_MODES = ("sum", "mean")
+
+
+def check_ids(ids, num_rows: int, *, what: str = "index") -> np.ndarray:
+    """Validate row ids: a 1-D integer array, every value in ``[0, num_rows)``.
+
+    Returns the ids as a contiguous int32 or int64 array (other integer dtypes are widened
+    to int64; floats and bools are rejected rather than silently truncated).
+    """
+    ids = np.asarray(ids)
+    if ids.ndim != 1:
+        raise InvalidArgumentError(f"{what} must be 1-D, got shape {ids.shape}")
+    if ids.dtype == np.bool_ or not np.issubdtype(ids.dtype, np.integer):
+        if ids.size == 0 and ids.dtype == np.float64:  # np.asarray([]) is float64
+            return np.empty(0, dtype=np.int64)
+        raise InvalidArgumentError(f"{what} must have an integer dtype, got {ids.dtype}")
+    if ids.dtype not in (np.int32, np.int64):
+        if ids.dtype == np.uint64 and ids.size and ids.max() > np.iinfo(np.int64).max:
+            raise IdOutOfRangeError(
+                f"{what} {int(ids.max())} is out of range for a table of {num_rows} rows"
+            )
+        ids = ids.astype(np.int64)
+    ids = np.ascontiguousarray(ids)
+    if ids.size:
+        lo = int(ids.min())
+        hi = int(ids.max())
+        if lo < 0:
+            raise IdOutOfRangeError(f"{what} {lo} is negative; ids must be in [0, {num_rows})")
+        if hi >= num_rows:
+            raise IdOutOfRangeError(
+                f"{what} {hi} is out of range for a table of {num_rows} rows (valid: [0, {num_rows}))"
+            )
+    return ids
+
+
+def check_offsets(offsets, nnz: int) -> np.ndarray:
+    """Validate CSR offsets for ``nnz`` indices: 1-D integer, ``B + 1 >= 1`` entries,
+    ``offsets[0] == 0``, non-decreasing, ``offsets[-1] == nnz``. Returns contiguous int64."""
+    offsets = np.asarray(offsets)
+    if offsets.ndim != 1:
+        raise InvalidOffsetsError(f"offsets must be 1-D, got shape {offsets.shape}")
+    if offsets.dtype == np.bool_ or not np.issubdtype(offsets.dtype, np.integer):
+        raise InvalidOffsetsError(f"offsets must have an integer dtype, got {offsets.dtype}")
+    if offsets.size == 0:
+        raise InvalidOffsetsError(
+            "offsets must have B + 1 >= 1 entries (CSR with a trailing total), got 0"
+        )
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    if offsets[0] != 0:
+        raise InvalidOffsetsError(f"offsets[0] must be 0, got {int(offsets[0])}")
+    if offsets[-1] != nnz:
+        raise InvalidOffsetsError(
+            f"offsets[-1] must equal len(indices) = {nnz}, got {int(offsets[-1])} "
+            f"(offsets need B + 1 entries, the last one the total)"
+        )
+    steps = np.diff(offsets)
+    if steps.size and steps.min() < 0:
+        at = int(np.argmax(steps < 0))
+        raise InvalidOffsetsError(
+            f"offsets must be non-decreasing; offsets[{at + 1}] = {int(offsets[at + 1])} "
+            f"< offsets[{at}] = {int(offsets[at])}"
+        )
+    return offsets
+
+
+def check_weights(per_sample_weights, nnz: int) -> np.ndarray | None:
+    """Validate per-sample weights: ``None`` or a 1-D float array of ``nnz`` entries."""
+    if per_sample_weights is None:
+        return None
+    w = np.asarray(per_sample_weights)
+    if w.ndim != 1 or w.shape[0] != nnz:
+        raise InvalidArgumentError(
+            f"per_sample_weights must have shape ({nnz},) like indices, got {w.shape}"
+        )
+    if not np.issubdtype(w.dtype, np.floating):
+        raise InvalidArgumentError(f"per_sample_weights must be floating, got {w.dtype}")
+    return np.ascontiguousarray(w, dtype=np.float32)
+
+
+def check_mode(mode) -> bool:
+    """Return True for ``mean``, False for ``sum``; raise for anything else."""
+    if mode not in POOLING_MODES:
+        raise InvalidArgumentError(f"mode {mode!r} is not one of {POOLING_MODES}")
+    return mode == "mean"
+
+
+def _check_table(table, fmt: str, dim):
+    table = np.asarray(table)
+    if table.ndim != 2:
+        raise InvalidArgumentError(f"table must be 2-D, got shape {table.shape}")
+    if fmt == "int8":
+        if table.dtype != np.uint8:
+            raise InvalidArgumentError(f"an int8 table must be (n, dim + 8) uint8 rows, got {table.dtype}")
+        width = table.shape[1] - INT8_TAIL_BYTES
+        if dim is None:
+            dim = width
+        if dim < 1 or table.shape[1] != row_bytes("int8", dim):
+            raise InvalidArgumentError(
+                f"an int8 table of dim {dim} must have {dim + INT8_TAIL_BYTES} bytes per row, "
+                f"got {table.shape[1]}"
+            )
+    else:
+        want = np.float32 if fmt == "fp32" else np.float16
+        if table.dtype != want:
+            raise InvalidArgumentError(f"a {fmt} table must have dtype {np.dtype(want)}, got {table.dtype}")
+        if dim is not None and dim != table.shape[1]:
+            raise InvalidArgumentError(f"dim {dim} does not match the table's {table.shape[1]} columns")
+        dim = table.shape[1]
+        if dim < 1:
+            raise InvalidArgumentError("table must have dim >= 1, got 0 columns")
+    return np.ascontiguousarray(table), int(dim)
+
+
+def embedding_bag(table, indices, offsets, *, fmt="fp32", dim=None, mode="sum",
+                  per_sample_weights=None, out=None) -> np.ndarray:
+    """Sum- or mean-pool rows of ``table`` per bag (SparseLengthsSum).
+
+    Args:
+        table: ``(n, dim)`` float32 (``fp32``) or float16 (``fp16``) rows, or
+            ``(n, dim + 8)`` uint8 fused row-wise rows (``int8``).
+        indices: ``(nnz,)`` int32 or int64 row ids in ``[0, n)``.
+        offsets: ``(B + 1,)`` int64 CSR bag boundaries: ``offsets[0] == 0``, non-decreasing,
+            ``offsets[B] == nnz``. Bag ``b`` is ``indices[offsets[b]:offsets[b + 1]]``.
+        fmt: the table's row format, one of ``sdm.ROW_FORMATS``.
+        dim: values per row; inferred from the table when None.
+        mode: ``"sum"`` or ``"mean"`` (an empty bag pools to zeros in both).
+        per_sample_weights: optional ``(nnz,)`` float weights, one per index.
+        out: optional ``(B, dim)`` float32 C-contiguous array to write into.
+
+    Returns:
+        ``(B, dim)`` float32 pooled rows.
+
+    Raises:
+        IdOutOfRangeError: an index outside ``[0, n)`` (the message names it).
+        InvalidOffsetsError, InvalidArgumentError: malformed offsets, dtypes or shapes.
+    """
+    fmt = check_format(fmt)
+    mean = check_mode(mode)
+    table, dim = _check_table(table, fmt, dim)
+    indices = check_ids(indices, table.shape[0])
+    offsets = check_offsets(offsets, indices.shape[0])
+    weights = check_weights(per_sample_weights, indices.shape[0])
+    nbags = offsets.shape[0] - 1
+    if out is None:
+        out = np.empty((nbags, dim), dtype=np.float32)
+    elif (not isinstance(out, np.ndarray) or out.shape != (nbags, dim)
+          or out.dtype != np.float32 or not out.flags.c_contiguous):
+        raise InvalidArgumentError(f"out must be a C-contiguous ({nbags}, {dim}) float32 array")
+    return pool(table, indices, offsets, weights, mean, fmt, out)
+
+
+_NO_WEIGHTS = np.empty(0, dtype=np.float32)
+
+
+def pool(table, indices, offsets, weights, mean, fmt, out):
+    """Dispatch to the kernel for ``fmt`` on already-validated arrays (internal fast path)."""
+    weighted = weights is not None
+    w = weights if weighted else _NO_WEIGHTS
+    if fmt == "int8":
+        return bag_int8(table, indices, offsets, w, weighted, mean, out)
+    return bag_float(table, indices, offsets, w, weighted, mean, out)
