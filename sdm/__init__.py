@@ -7,6 +7,7 @@ pooled gather and cache policies. See README.md for the two set-up commands and 
 from sdm import errors
 from sdm.formats import ROW_FORMATS, dequantize_rows, quantize_rows, row_bytes
 from sdm.pooling import embedding_bag
+from sdm.store import Store, TableSpec
 
 __version__ = "0.1.0"
 
@@ -18,4 +19,6 @@ __all__ = [
     "dequantize_rows",
     "row_bytes",
     "embedding_bag",
+    "Store",
+    "TableSpec",
 ]

@@ -1,0 +1,364 @@
+"""``sdm.Store``: one embedding store over a hierarchy of tiers.
+
+A store is a directory (DESIGN.md §5)::
+
+    manifest.json   tables, row formats, block geometry, committed generations, SHA-256
+    rows.lmdb/      LMDB: every row, one checksummed 4 KiB block per value
+    write.lock      serializes writers across processes
+
+It becomes visible only when complete: ``create`` builds it under a temporary name, fsyncs
+and renames it into place; ``write_table`` writes a new generation of blocks, syncs, and
+only then names it in the manifest (the single commit point), so a killed writer leaves the
+old version, never a mix.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from sdm.config import HierarchyConfig, resolve_config
+from sdm.errors import (
+    CorruptStoreError, InvalidArgumentError, ReadOnlyError, StoreError, StoreExistsError,
+    StoreNotFoundError, UnknownTableError,
+)
+from sdm.formats import dequantize_rows, quantize_rows
+from sdm.hierarchy import Hierarchy
+from sdm.manifest import MANIFEST_NAME, Manifest, TableLayout, TableSpec, fsync_dir
+from sdm.pooling import check_ids, check_mode, check_offsets, check_weights, pool
+from sdm.tiers.lmdb import RowDB
+
+__all__ = ["Store", "TableSpec"]
+
+_LOCK_NAME = "write.lock"
+_CHUNK_BYTES = 8 << 20  # float32 input rows quantized per step while writing a table
+
+
+class Store:
+    """An embedding store: tables of rows across a hierarchy of tiers.
+
+    Make one with :meth:`create` or :meth:`open`; use it as a context manager or call
+    :meth:`close`. Lookups are thread-safe; writes are serialized (across processes too).
+    """
+
+    def __init__(self, path: str, manifest: Manifest, db: RowDB, config: HierarchyConfig,
+                 readonly: bool):
+        self.path = path
+        self.readonly = readonly
+        self.config = config
+        self._manifest = manifest
+        self._db = db
+        self._hierarchy = Hierarchy(config, db)
+        self._write_lock = threading.Lock()
+        self._counter_lock = threading.Lock()
+        self._lookups = 0
+        self._batches = 0
+        self._closed = False
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, path, tables: Iterable[TableSpec], *, config=None) -> "Store":
+        """Create a new store directory at ``path`` holding ``tables`` (rows not yet written).
+
+        Raises:
+            StoreExistsError: ``path`` already exists (nothing is touched).
+            InvalidArgumentError: no tables, a non-TableSpec, or duplicate names.
+        """
+        path = os.path.abspath(os.fspath(path))
+        config = resolve_config(config)
+        specs = list(tables)
+        if not specs:
+            raise InvalidArgumentError("a store needs at least one table, got none")
+        for spec in specs:
+            if not isinstance(spec, TableSpec):
+                raise InvalidArgumentError(f"tables must be sdm.TableSpec, got {type(spec).__name__}")
+        names = [s.name for s in specs]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise InvalidArgumentError(f"table names must be unique; repeated: {dupes}")
+        if os.path.lexists(path):
+            raise StoreExistsError(f"cannot create a store at {path}: it already exists")
+        parent = os.path.dirname(path)
+        if not os.path.isdir(parent):
+            raise StoreNotFoundError(f"cannot create a store at {path}: {parent} is not a directory")
+        tmp = os.path.join(parent, f".{os.path.basename(path)}.creating-{uuid.uuid4().hex[:12]}")
+        os.mkdir(tmp)
+        try:
+            manifest = Manifest(tuple(TableLayout.for_spec(s, i) for i, s in enumerate(specs)))
+            db = RowDB(tmp, create=True)
+            db.sync()
+            db.close()
+            open(os.path.join(tmp, _LOCK_NAME), "w").close()
+            manifest.write(tmp)  # last: a directory without it is never a store
+            os.rename(tmp, path)
+            fsync_dir(parent)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return cls.open(path, config=config)
+
+    @classmethod
+    def open(cls, path, *, config=None, readonly: bool = False) -> "Store":
+        """Open an existing store. ``config``: a hierarchy preset name, a TOML path, or a
+        :class:`sdm.config.HierarchyConfig` (default ``dram``).
+
+        Raises:
+            StoreNotFoundError: no store at ``path``.
+            CorruptStoreError: a damaged manifest or row database (names the file).
+        """
+        path = os.path.abspath(os.fspath(path))
+        config = resolve_config(config)
+        if not os.path.isfile(os.path.join(path, MANIFEST_NAME)):
+            raise StoreNotFoundError(f"no sdm store at {path} ({MANIFEST_NAME} not found)")
+        manifest = Manifest.read(path)
+        db = RowDB(path, readonly=readonly)
+        return cls(path, manifest, db, config, readonly)
+
+    def close(self) -> None:
+        """Release the store's memory and files; further calls raise StoreError."""
+        if not self._closed:
+            self._closed = True
+            self._hierarchy.close()
+            self._db.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"Store({self.path!r}, tables={list(self.tables)}, config={self.config.name!r})"
+
+    # -- tables ----------------------------------------------------------------------
+
+    @property
+    def tables(self) -> dict[str, TableSpec]:
+        """Table specs by name, in creation order."""
+        return {t.name: t.spec for t in self._manifest.tables}
+
+    def _layout(self, name) -> TableLayout:
+        if self._closed:
+            raise StoreError(f"store {self.path} is closed")
+        layout = self._manifest.table(name) if isinstance(name, str) else None
+        if layout is None:
+            raise UnknownTableError(f"table {name!r} is not in the store; tables: {list(self.tables)}")
+        return layout
+
+    def _readable(self, name) -> TableLayout:
+        layout = self._layout(name)
+        if layout.generation is None:
+            raise StoreError(f"table {name!r} has no rows yet; call write_table({name!r}, rows) first")
+        return layout
+
+    def write_table(self, name: str, rows, *, progress: bool | None = None) -> None:
+        """Write every row of table ``name``, replacing any earlier rows atomically.
+
+        Args:
+            name: a table of the store.
+            rows: ``(num_rows, dim)`` float rows as an array or ``np.memmap``, or an iterable
+                of ``(k, dim)`` chunks that together hold exactly ``num_rows`` rows. Rows are
+                encoded in the table's format; memory stays bounded by one chunk.
+            progress: show a progress bar; None (default) shows one only on a terminal.
+
+        Raises:
+            InvalidArgumentError: wrong shape, dtype, row count, or non-finite values. The
+                store is unchanged: rows become visible only once all are written.
+        """
+        layout = self._layout(name)
+        if self.readonly:
+            raise ReadOnlyError(f"store {self.path} is open read-only; cannot write table {name!r}")
+        spec = layout.spec
+        chunks = _row_chunks(spec, rows)
+        with self._write_lock, _FileLock(os.path.join(self.path, _LOCK_NAME)):
+            manifest = Manifest.read(self.path)  # another process may have committed since
+            live = {t.table_id: t.generation for t in manifest.tables}
+            self._db.delete_generations(live)  # leftovers of killed or superseded writes
+            generation = manifest.next_generation
+            bar = tqdm(total=spec.num_rows, unit="row", unit_scale=True, desc=f"write {name}",
+                       disable=(None if progress is None else not progress), leave=False)
+            try:
+                self._db.write_generation(layout, generation, chunks, progress=bar.update)
+            except BaseException:
+                self._db.delete_generations(live, from_generation=generation)
+                raise
+            finally:
+                bar.close()
+            self._db.sync()  # rows durable before the manifest names them
+            new = manifest.table(name)
+            committed = TableLayout(new.spec, new.table_id, new.rows_per_block, generation)
+            manifest = manifest.with_table(committed, generation + 1)
+            manifest.write(self.path)
+            self._manifest = manifest
+            self._hierarchy.invalidate(committed)
+            live[committed.table_id] = generation
+            self._db.delete_generations(live)
+
+    # -- lookups ---------------------------------------------------------------------
+
+    def lookup(self, name: str, ids) -> np.ndarray:
+        """Rows ``ids`` of table ``name``, ``(n,)`` ints -> ``(n, dim) float32``."""
+        layout = self._readable(name)
+        spec = layout.spec
+        ids = check_ids(ids, spec.num_rows, what=f"id of table {name!r}")
+        self._count(len(ids), 0)
+        table = self._hierarchy.resident(layout)
+        if table is not None:
+            self._hierarchy.count_resident_hits(len(ids))
+            raw = table[ids]
+        else:
+            unique, inverse = np.unique(ids, return_inverse=True)
+            raw_unique = np.empty((len(unique), spec.row_bytes), dtype=np.uint8)
+            self._hierarchy.read_rows(layout, unique.astype(np.int64, copy=False), raw_unique)
+            raw = raw_unique[inverse]
+        return dequantize_rows(raw, spec.fmt, spec.dim)
+
+    def embedding_bag(self, name: str, indices, offsets, *, mode: str = "sum",
+                      per_sample_weights=None) -> np.ndarray:
+        """Pool rows of table ``name`` per bag, as :func:`sdm.embedding_bag`.
+
+        Args:
+            indices: ``(nnz,)`` int32/int64 row ids.
+            offsets: ``(B + 1,)`` CSR bag boundaries.
+            mode: ``"sum"`` or ``"mean"``.
+            per_sample_weights: optional ``(nnz,)`` float weights.
+
+        Returns:
+            ``(B, dim) float32``.
+        """
+        request = self._check_bag(name, indices, offsets, mode, per_sample_weights)
+        self._count(len(request[1]), 1)
+        return self._pool(*request)
+
+    def embedding_bags(self, requests: Mapping[str, tuple], *, mode: str = "sum") -> dict[str, np.ndarray]:
+        """Pool one batch over several tables: ``{name: (indices, offsets)}`` or
+        ``{name: (indices, offsets, per_sample_weights)}`` -> ``{name: (B, dim) float32}``.
+
+        Every request is validated before any is served.
+        """
+        if not isinstance(requests, Mapping):
+            raise InvalidArgumentError(f"requests must be a mapping of table name to (indices, offsets), "
+                                       f"got {type(requests).__name__}")
+        checked = []
+        for name, request in requests.items():
+            if not isinstance(request, (tuple, list)) or len(request) not in (2, 3):
+                raise InvalidArgumentError(
+                    f"request for table {name!r} must be (indices, offsets) or "
+                    f"(indices, offsets, per_sample_weights)")
+            weights = request[2] if len(request) == 3 else None
+            checked.append(self._check_bag(name, request[0], request[1], mode, weights))
+        self._count(sum(len(c[1]) for c in checked), 1)
+        return {c[0].name: self._pool(*c) for c in checked}
+
+    def _check_bag(self, name, indices, offsets, mode, per_sample_weights):
+        layout = self._readable(name)
+        mean = check_mode(mode)
+        indices = check_ids(indices, layout.spec.num_rows, what=f"index of table {name!r}")
+        offsets = check_offsets(offsets, len(indices))
+        weights = check_weights(per_sample_weights, len(indices))
+        return layout, indices, offsets, weights, mean
+
+    def _pool(self, layout, indices, offsets, weights, mean):
+        spec = layout.spec
+        out = np.empty((len(offsets) - 1, spec.dim), dtype=np.float32)
+        table = self._hierarchy.resident(layout)
+        if table is not None:
+            self._hierarchy.count_resident_hits(len(indices))
+        else:
+            unique, inverse = np.unique(indices, return_inverse=True)
+            table = np.empty((len(unique), spec.row_bytes), dtype=np.uint8)
+            self._hierarchy.read_rows(layout, unique.astype(np.int64, copy=False), table)
+            indices = inverse.astype(np.int64, copy=False).reshape(-1)
+        return pool(_typed_rows(table, spec), indices, offsets, weights, mean, spec.fmt, out)
+
+    def _count(self, lookups: int, batches: int) -> None:
+        with self._counter_lock:
+            self._lookups += lookups
+            self._batches += batches
+
+    def stats(self) -> dict:
+        """Counters since open: ``lookups``, ``batches``, and ``tiers``, a list (fast to slow)
+        of ``{name, hits, misses, reads, bytes_read, modeled_ns, ...}`` per tier."""
+        return {"lookups": self._lookups, "batches": self._batches,
+                "config": self.config.name, "tiers": self._hierarchy.stats()}
+
+
+def _typed_rows(raw: np.ndarray, spec: TableSpec) -> np.ndarray:
+    """View raw ``(n, row_bytes) uint8`` rows as the array the kernels take for ``spec.fmt``."""
+    if spec.fmt == "fp32":
+        return raw.view(np.float32)
+    if spec.fmt == "fp16":
+        return raw.view(np.float16)
+    return raw
+
+
+def _row_chunks(spec: TableSpec, rows):
+    """Validate ``rows`` for ``spec`` and return an iterator of encoded ``(k, row_bytes)`` chunks.
+
+    Arrays are checked whole up front; chunks of an iterable are checked as they come, and
+    the total is checked at the end (a mismatch raises before anything is committed).
+    """
+    if isinstance(rows, (list, tuple)):
+        rows = np.asarray(rows)
+    if isinstance(rows, np.ndarray):
+        _check_chunk(spec, rows, "rows")
+        if rows.shape[0] != spec.num_rows:
+            raise InvalidArgumentError(
+                f"table {spec.name!r} has {spec.num_rows} rows of dim {spec.dim}; "
+                f"got rows of shape {rows.shape}")
+        step = max(1, _CHUNK_BYTES // (4 * spec.dim))
+        return (quantize_rows(rows[i:i + step], spec.fmt) for i in range(0, len(rows), step))
+    if not isinstance(rows, Iterable):
+        raise InvalidArgumentError(
+            f"rows must be an array or an iterable of (k, {spec.dim}) chunks, got {type(rows).__name__}")
+    return _encode_chunks(spec, rows)
+
+
+def _encode_chunks(spec: TableSpec, chunks):
+    seen = 0
+    for i, chunk in enumerate(chunks):
+        chunk = np.asarray(chunk)
+        _check_chunk(spec, chunk, f"chunk {i}")
+        seen += len(chunk)
+        if seen > spec.num_rows:
+            raise InvalidArgumentError(
+                f"table {spec.name!r} has {spec.num_rows} rows; chunks supplied more (>= {seen})")
+        yield quantize_rows(chunk, spec.fmt)
+    if seen != spec.num_rows:
+        raise InvalidArgumentError(f"table {spec.name!r} has {spec.num_rows} rows; chunks supplied {seen}")
+
+
+def _check_chunk(spec: TableSpec, chunk: np.ndarray, what: str) -> None:
+    if chunk.ndim != 2 or chunk.shape[1] != spec.dim:
+        raise InvalidArgumentError(
+            f"{what} for table {spec.name!r} must have shape (k, {spec.dim}), got {chunk.shape}")
+    if chunk.dtype == np.bool_ or not (np.issubdtype(chunk.dtype, np.floating)
+                                       or np.issubdtype(chunk.dtype, np.integer)):
+        raise InvalidArgumentError(f"{what} for table {spec.name!r} must be numeric, got {chunk.dtype}")
+
+
+class _FileLock:
+    """An exclusive ``flock`` on a file, held across the ``with`` block (one writer per store)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __enter__(self):
+        try:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreError(f"cannot lock {self.path} for writing: {exc}") from None
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)

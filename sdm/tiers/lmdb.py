@@ -1,0 +1,272 @@
+"""The durable copy of every row: an LMDB environment of checksummed device blocks.
+
+Layout: key ``>IIQ`` = (generation, table id, block number), so keys sort by generation,
+then table, then block; a new generation is always appended past every existing key (fast
+bulk loads with ``MDB_APPEND``). Value = CRC32 of the payload (4 bytes, little-endian)
+followed by the block's whole rows (``rows_per_block * row_bytes`` bytes, the last block of
+a table may be shorter). One value fits one 4 KiB LMDB overflow page, so one value is one
+device read: read amplification is real, not assumed.
+
+A table's rows become visible only when the manifest names their generation; generations
+the manifest does not name (a write that was killed, or one just superseded) are garbage
+and are deleted before the next write.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import zlib
+from typing import Iterable
+
+import lmdb
+import numpy as np
+
+from sdm.errors import CorruptStoreError, StoreError
+from sdm.manifest import CHECKSUM_BYTES, LMDB_PAGE_BYTES, TableLayout
+from sdm.tiers.base import Tier
+
+__all__ = ["RowDB", "LmdbTier", "LMDB_DIRNAME"]
+
+LMDB_DIRNAME = "rows.lmdb"
+_KEY = struct.Struct(">IIQ")
+_CRC = struct.Struct("<I")
+MAP_SIZE = 1 << 40  # address space only; the file grows with the data
+COMMIT_BYTES = 32 << 20  # rows per write transaction, bounding a writer's dirty pages
+
+
+# py-lmdb allows one Environment per path per process; stores opened twice share it.
+_ENVS: dict[str, list] = {}  # realpath -> [env, open count, readonly]
+_ENVS_LOCK = threading.Lock()
+
+
+def _acquire_env(path: str, *, create: bool, readonly: bool) -> lmdb.Environment:
+    key = os.path.realpath(path)
+    with _ENVS_LOCK:
+        entry = _ENVS.get(key)
+        if entry is not None:
+            if entry[2] and not readonly:
+                raise StoreError(f"row database {path} is already open read-only in this process")
+            entry[1] += 1
+            return entry[0]
+        try:
+            # sync=False: commits are made durable by one explicit sync before the manifest,
+            # the store's single commit point, names the new rows.
+            env = lmdb.open(path, map_size=MAP_SIZE, subdir=True, create=create, readonly=readonly,
+                            sync=False, metasync=False, readahead=False, max_readers=256, lock=True)
+        except lmdb.Error as exc:
+            raise CorruptStoreError(f"row database {path} cannot be opened: {exc}",
+                                    path=os.path.join(path, "data.mdb")) from None
+        _ENVS[key] = [env, 1, readonly]
+        return env
+
+
+def _release_env(path: str) -> None:
+    key = os.path.realpath(path)
+    with _ENVS_LOCK:
+        entry = _ENVS[key]
+        entry[1] -= 1
+        if entry[1] == 0:
+            del _ENVS[key]
+            entry[0].close()
+
+
+def block_key(generation: int, table_id: int, block: int) -> bytes:
+    return _KEY.pack(generation, table_id, block)
+
+
+class RowDB:
+    """The store's LMDB environment: checksummed block reads, generation writes and deletes."""
+
+    def __init__(self, directory: str, *, create: bool = False, readonly: bool = False):
+        self.path = os.path.join(directory, LMDB_DIRNAME)
+        self.data_path = os.path.join(self.path, "data.mdb")
+        if not create and not os.path.isfile(self.data_path):
+            raise CorruptStoreError(f"store {directory} has no row database ({self.data_path} is missing)",
+                                    path=self.data_path)
+        self.env = _acquire_env(self.path, create=create, readonly=readonly)
+        try:
+            self._check_size()
+        except BaseException:
+            _release_env(self.path)
+            raise
+
+    def _check_size(self) -> None:
+        # A truncated data file would fault (SIGBUS) on the first read past its end; refuse it.
+        info = self.env.info()
+        psize = self.env.stat()["psize"]
+        need = (info["last_pgno"] + 1) * psize
+        have = os.path.getsize(self.data_path)
+        if have < need:
+            raise CorruptStoreError(
+                f"row database {self.data_path} is truncated: {have} bytes, its pages need {need}",
+                path=self.data_path)
+
+    # -- reads -----------------------------------------------------------------------
+
+    def _payload(self, txn, layout: TableLayout, block: int):
+        key = block_key(layout.generation, layout.table_id, block)
+        try:
+            value = txn.get(key)
+        except lmdb.Error as exc:
+            raise self._damage(layout, block, f"LMDB error {exc}") from None
+        want = layout.block_rows(block) * layout.spec.row_bytes + CHECKSUM_BYTES
+        if value is None or len(value) != want:
+            got = "missing" if value is None else f"{len(value)} bytes, expected {want}"
+            raise self._damage(layout, block, got)
+        view = memoryview(value)
+        if _CRC.unpack_from(view)[0] != zlib.crc32(view[CHECKSUM_BYTES:]):
+            raise self._damage(layout, block, "checksum mismatch")
+        return view[CHECKSUM_BYTES:]
+
+    def _damage(self, layout, block, what) -> CorruptStoreError:
+        return CorruptStoreError(
+            f"row database {self.data_path}: table {layout.name!r} block {block}: {what}",
+            path=self.data_path, table=layout.name)
+
+    def read_rows(self, layout: TableLayout, ids: np.ndarray, out: np.ndarray) -> int:
+        """Fill ``out`` with rows ``ids`` (sorted, unique); returns the number of blocks read."""
+        rpb = layout.rows_per_block
+        width = layout.spec.row_bytes
+        blocks = ids // rpb
+        starts = np.flatnonzero(np.diff(blocks, prepend=-1))
+        ends = np.append(starts[1:], len(ids))
+        try:
+            with self.env.begin(buffers=True) as txn:
+                for s, e in zip(starts.tolist(), ends.tolist()):
+                    block = int(blocks[s])
+                    rows = np.frombuffer(self._payload(txn, layout, block), dtype=np.uint8)
+                    rows = rows.reshape(-1, width)
+                    np.take(rows, ids[s:e] - block * rpb, axis=0, out=out[s:e])
+        except lmdb.Error as exc:
+            raise CorruptStoreError(f"row database {self.data_path}: {exc}", path=self.data_path,
+                                    table=layout.name) from None
+        return len(starts)
+
+    def load_table(self, layout: TableLayout) -> np.ndarray:
+        """Every row of a written table, ``(num_rows, row_bytes) uint8``, checksums verified."""
+        out = np.empty((layout.spec.num_rows, layout.spec.row_bytes), dtype=np.uint8)
+        flat = out.reshape(-1)
+        span = layout.rows_per_block * layout.spec.row_bytes
+        try:
+            with self.env.begin(buffers=True) as txn:
+                for block in range(layout.num_blocks):
+                    payload = self._payload(txn, layout, block)
+                    flat[block * span: block * span + len(payload)] = np.frombuffer(payload, np.uint8)
+        except lmdb.Error as exc:
+            raise CorruptStoreError(f"row database {self.data_path}: {exc}", path=self.data_path,
+                                    table=layout.name) from None
+        return out
+
+    # -- writes ----------------------------------------------------------------------
+
+    def write_generation(self, layout: TableLayout, generation: int,
+                         chunks: Iterable[np.ndarray], progress=None) -> None:
+        """Append every block of ``layout``'s table under ``generation``.
+
+        ``chunks`` yields ``(k, row_bytes) uint8`` raw rows in order, covering exactly
+        ``num_rows`` rows (the caller checks the count). Rows are visible only after the
+        manifest names ``generation``; until then they are garbage if the process dies.
+        """
+        rpb = layout.rows_per_block
+        width = layout.spec.row_bytes
+        pending = np.empty((0, width), dtype=np.uint8)
+        block = 0
+        txn = self.env.begin(write=True)
+        written = 0
+        try:
+            for chunk in chunks:
+                if len(pending):
+                    chunk = np.concatenate([pending, chunk])
+                full = (len(chunk) // rpb) * rpb
+                block, written, txn = self._put_blocks(txn, layout, generation, block, chunk[:full], written)
+                pending = chunk[full:].copy()
+                if progress is not None:
+                    progress(full)
+            if len(pending):
+                block, written, txn = self._put_blocks(txn, layout, generation, block, pending, written)
+                if progress is not None:
+                    progress(len(pending))
+            txn.commit()
+        except BaseException:
+            txn.abort()
+            raise
+
+    def _put_blocks(self, txn, layout, generation, block, rows, written):
+        rpb = layout.rows_per_block
+        for start in range(0, len(rows), rpb):
+            payload = rows[start:start + rpb].tobytes()
+            value = _CRC.pack(zlib.crc32(payload)) + payload
+            if not txn.put(block_key(generation, layout.table_id, block), value, append=True):
+                raise StoreError(f"row database {self.data_path}: block key out of order "
+                                 f"(table {layout.name!r}, generation {generation}, block {block})")
+            block += 1
+            written += len(value)
+            if written >= COMMIT_BYTES:
+                txn.commit()
+                txn = self.env.begin(write=True)
+                written = 0
+        return block, written, txn
+
+    def delete_generations(self, keep: dict[int, int | None], from_generation: int = 0) -> int:
+        """Delete every block whose (generation, table) is not ``keep[table] == generation``.
+
+        Returns the number of blocks deleted. Walks one key per (generation, table) prefix and
+        deletes in bounded transactions, so the cost is the garbage, not the store.
+        """
+        deleted = 0
+        start = block_key(from_generation, 0, 0)
+        while True:
+            with self.env.begin(write=True) as txn:
+                cur = txn.cursor()
+                if not cur.set_range(start):
+                    return deleted
+                gen, tid, _ = _KEY.unpack(cur.key())
+                if keep.get(tid) == gen:
+                    start = block_key(gen, tid + 1, 0) if tid + 1 < 2**32 else block_key(gen + 1, 0, 0)
+                    continue
+                prefix = cur.key()[:8]
+                for _ in range(8192):
+                    if cur.key()[:8] != prefix or not cur.delete():
+                        break
+                    deleted += 1
+                start = block_key(gen, tid, 0)
+
+    def sync(self) -> None:
+        self.env.sync(True)
+
+    def close(self) -> None:
+        if self.env is not None:
+            self.env = None
+            _release_env(self.path)
+
+
+class LmdbTier(Tier):
+    """Rows read from the LMDB environment on demand, a block (one value) per read."""
+
+    name = "lmdb"
+    holds_all_rows = True
+
+    def __init__(self, db: RowDB):
+        self.db = db
+        self._rows = 0
+        self._blocks = 0
+
+    def read_rows(self, layout, ids, out):
+        self._blocks += self.db.read_rows(layout, ids, out)
+        self._rows += len(ids)
+
+    def load_table(self, layout):
+        self._blocks += layout.num_blocks
+        return self.db.load_table(layout)
+
+    def row_offsets(self, layout, ids):
+        # One value per 4 KiB overflow page; rows start after the block's checksum.
+        rpb = layout.rows_per_block
+        ids = np.asarray(ids, dtype=np.int64)
+        return (ids // rpb) * LMDB_PAGE_BYTES + CHECKSUM_BYTES + (ids % rpb) * layout.spec.row_bytes
+
+    def stats(self):
+        return {"hits": self._rows, "misses": 0, "reads": self._blocks,
+                "bytes_read": self._blocks * LMDB_PAGE_BYTES}
