@@ -52,12 +52,12 @@ def check_offsets(offsets, nnz: int) -> np.ndarray:
     offsets = np.asarray(offsets)
     if offsets.ndim != 1:
         raise InvalidOffsetsError(f"offsets must be 1-D, got shape {offsets.shape}")
-    if offsets.dtype == np.bool_ or not np.issubdtype(offsets.dtype, np.integer):
-        raise InvalidOffsetsError(f"offsets must have an integer dtype, got {offsets.dtype}")
     if offsets.size == 0:
         raise InvalidOffsetsError(
             "offsets must have B + 1 >= 1 entries (CSR with a trailing total), got 0"
         )
+    if offsets.dtype == np.bool_ or not np.issubdtype(offsets.dtype, np.integer):
+        raise InvalidOffsetsError(f"offsets must have an integer dtype, got {offsets.dtype}")
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
     if offsets[0] != 0:
         raise InvalidOffsetsError(f"offsets[0] must be 0, got {int(offsets[0])}")
