@@ -2,7 +2,8 @@
 
 Layout: key ``>IIQ`` = (generation, table id, block number), so keys sort by generation,
 then table, then block; a new generation is always appended past every existing key (fast
-bulk loads with ``MDB_APPEND``). Value = CRC32 of the payload (4 bytes, little-endian)
+bulk loads with ``MDB_APPEND``). Value = CRC32 of key and payload (4 bytes, little-endian; the key is
+included so a damaged key cannot pass another block off as its own)
 followed by the block's whole rows (``rows_per_block * row_bytes`` bytes, the last block of
 a table may be shorter). One value fits one 4 KiB LMDB overflow page, so one value is one
 device read: read amplification is real, not assumed.
@@ -116,7 +117,7 @@ class RowDB:
             got = "missing" if value is None else f"{len(value)} bytes, expected {want}"
             raise self._damage(layout, block, got)
         view = memoryview(value)
-        if _CRC.unpack_from(view)[0] != zlib.crc32(view[CHECKSUM_BYTES:]):
+        if _CRC.unpack_from(view)[0] != zlib.crc32(view[CHECKSUM_BYTES:], zlib.crc32(key)):
             raise self._damage(layout, block, "checksum mismatch")
         return view[CHECKSUM_BYTES:]
 
@@ -197,8 +198,9 @@ class RowDB:
         rpb = layout.rows_per_block
         for start in range(0, len(rows), rpb):
             payload = rows[start:start + rpb].tobytes()
-            value = _CRC.pack(zlib.crc32(payload)) + payload
-            if not txn.put(block_key(generation, layout.table_id, block), value, append=True):
+            key = block_key(generation, layout.table_id, block)
+            value = _CRC.pack(zlib.crc32(payload, zlib.crc32(key))) + payload
+            if not txn.put(key, value, append=True):
                 raise StoreError(f"row database {self.data_path}: block key out of order "
                                  f"(table {layout.name!r}, generation {generation}, block {block})")
             block += 1
