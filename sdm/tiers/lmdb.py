@@ -57,8 +57,9 @@ def _acquire_env(path: str, *, create: bool, readonly: bool) -> lmdb.Environment
             env = lmdb.open(path, map_size=MAP_SIZE, subdir=True, create=create, readonly=readonly,
                             sync=False, metasync=False, readahead=False, max_readers=256, lock=True)
         except lmdb.Error as exc:
-            raise CorruptStoreError(f"row database {path} cannot be opened: {exc}",
-                                    path=os.path.join(path, "data.mdb")) from None
+            data = os.path.join(path, "data.mdb")
+            raise CorruptStoreError(f"row database {data} cannot be opened (damaged?): {exc}",
+                                    path=data) from None
         _ENVS[key] = [env, 1, readonly]
         return env
 
