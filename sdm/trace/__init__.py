@@ -1,0 +1,6 @@
+"""Access traces: the sdm trace file, generators, importers and locality statistics."""
+from sdm.trace.format import (SCHEMA_VERSION, Batch, Trace, TraceFormatError, TraceNotFoundError,
+                              TraceWriter, load, save)
+from sdm.trace.stackdist import (StackDistanceDistribution, fit_stack_distance,
+                                 generate_stack_distance_keys, read_dist_file, stack_distances,
+                                 write_dist_file)
