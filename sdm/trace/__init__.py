@@ -4,3 +4,5 @@ from sdm.trace.format import (SCHEMA_VERSION, Batch, Trace, TraceFormatError, Tr
 from sdm.trace.stackdist import (StackDistanceDistribution, fit_stack_distance,
                                  generate_stack_distance_keys, read_dist_file, stack_distances,
                                  write_dist_file)
+from sdm.trace.generate import PROFILES, GeneratedTrace, Profile, generate, generate_to, get_profile
+from sdm.trace.stats import TraceStats, read_locality_stats, trace_stats
