@@ -9,6 +9,7 @@ member                      shape, dtype                   meaning
 ``schema_version``          ``()`` int64                   :data:`SCHEMA_VERSION`
 ``table_sizes``             ``(T,)`` int64                 rows per table, every id in ``[0, n_t)``
 ``batch_sizes``             ``(N,)`` int64                 samples ``B_i`` of batch ``i``
+``batch_lookups``           ``(N,)`` int64                 lookups ``nnz_i`` of batch ``i``
 ``metadata``                ``()`` unicode                 JSON object: generator + parameters, or source
 ``b{i:08d}_indices``        ``(nnz_i,)`` int32 or int64    all lookups of batch i, table-major (FBGEMM)
 ``b{i:08d}_offsets``        ``(T * B_i + 1,)`` int64       CSR bag starts, table-major, last = nnz_i
@@ -243,6 +244,7 @@ class TraceWriter:
                                     zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED,
                                     allowZip64=True)
         self._sizes: list[int] = []
+        self._nnz: list[int] = []
         self._max = None
         self._ntab = None if self._ts is None else self._ts.shape[0]
 
@@ -279,6 +281,7 @@ class TraceWriter:
                 dtype = np.int64 if name == "request_ids" else np.float32
                 self._put(f"b{i:08d}_{name}", np.asarray(arr, dtype=dtype))
         self._sizes.append(batch.batch_size)
+        self._nnz.append(int(indices.shape[0]))
 
     def close(self, table_sizes=None) -> str:
         """Write the header members, close, and move the file into place. Returns the path."""
@@ -304,6 +307,7 @@ class TraceWriter:
             self._put("schema_version", np.array(SCHEMA_VERSION, dtype=np.int64))
             self._put("table_sizes", self._ts)
             self._put("batch_sizes", np.array(self._sizes, dtype=np.int64))
+            self._put("batch_lookups", np.array(self._nnz, dtype=np.int64))
             self._put("metadata", np.array(json.dumps(self.metadata, sort_keys=True)))
             self._zip.close()
             self._zip = None
@@ -361,7 +365,8 @@ class Trace:
     """A trace file opened for reading; batches are loaded lazily, one zip member at a time.
 
     ``len(trace)`` is the number of batches; ``trace[i]`` and iteration give :class:`Batch`
-    objects. Attributes: ``table_sizes`` ``(T,)`` int64, ``batch_sizes`` ``(N,)`` int64,
+    objects. Attributes: ``table_sizes`` ``(T,)`` int64, ``batch_sizes`` ``(N,)`` int64 samples
+    and ``batch_lookups`` ``(N,)`` int64 lookups per batch (known without reading batches),
     ``metadata`` dict, ``path``. Use as a context manager or call :meth:`close`.
     """
 
@@ -379,7 +384,7 @@ class Trace:
             raise TraceFormatError(f"{self.path!r} is a single .npy array, not a trace archive",
                                    field="file", path=self.path)
         names = set(self._npz.files)
-        for key in ("schema_version", "table_sizes", "batch_sizes", "metadata"):
+        for key in ("schema_version", "table_sizes", "batch_sizes", "batch_lookups", "metadata"):
             if key not in names:
                 raise TraceFormatError(f"{self.path!r} has no {key!r} member; not an sdm trace "
                                        f"(or the file is truncated)", field=key, path=self.path)
@@ -396,6 +401,11 @@ class Trace:
             raise TraceFormatError(f"batch_sizes must be a 1-D array of counts >= 0, got shape "
                                    f"{bs.shape} dtype {bs.dtype}", field="batch_sizes")
         self.batch_sizes = bs.astype(np.int64)
+        bl = self._member("batch_lookups")
+        if bl.shape != bs.shape or not np.issubdtype(bl.dtype, np.integer) or (bl.size and bl.min() < 0):
+            raise TraceFormatError(f"batch_lookups must be {bs.shape[0]} counts >= 0 like batch_sizes, "
+                                   f"got shape {bl.shape} dtype {bl.dtype}", field="batch_lookups")
+        self.batch_lookups = bl.astype(np.int64)
         meta = self._member("metadata")
         try:
             self.metadata = json.loads(str(meta))
@@ -420,6 +430,10 @@ class Trace:
     @property
     def num_tables(self) -> int:
         return int(self.table_sizes.shape[0])
+
+    @property
+    def num_lookups(self) -> int:
+        return int(self.batch_lookups.sum())
 
     def __len__(self) -> int:
         return int(self.batch_sizes.shape[0])
@@ -447,6 +461,10 @@ class Trace:
         if not np.issubdtype(offsets.dtype, np.integer):
             raise TraceFormatError(f"{pre}offsets must be integer, got {offsets.dtype}",
                                    field=pre + "offsets", path=self.path)
+        if indices.shape[0] != self.batch_lookups[i]:
+            raise TraceFormatError(f"{pre}indices has {indices.shape[0]} ids; the header says batch "
+                                   f"{i} has {int(self.batch_lookups[i])}", field=pre + "indices",
+                                   path=self.path)
         if offsets[-1] != indices.shape[0] or offsets[0] != 0:
             raise TraceFormatError(f"{pre}offsets run from {int(offsets[0])} to {int(offsets[-1])}; "
                                    f"they must run from 0 to len(indices) = {indices.shape[0]}",

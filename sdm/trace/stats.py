@@ -20,6 +20,7 @@ from sdm.trace.generate import REUSE_BIN_EDGES
 from sdm.trace.stackdist import stack_distances
 
 __all__ = ["TraceStats", "TableStats", "trace_stats", "reuse_bins", "batch_reuse", "fit_zipf_alpha",
+           "table_stack_distribution",
            "read_locality_stats"]
 
 NUM_REUSE_BINS = len(REUSE_BIN_EDGES) + 1
@@ -285,3 +286,33 @@ def read_locality_stats(path) -> list[dict]:
                 raise TraceFormatError(f"{path}: line {lineno}: cannot parse {s!r} ({exc})",
                                        field=f"line {lineno}") from None
     return blocks
+
+
+def table_stack_distribution(trace, table: int = 0, *, max_lookups: int | None = None):
+    """Fit the reference DLRM stack-distance distribution to one table of a trace (the
+    profiling step whose output ``write_dist_file`` saves and the ``stack-distance`` profile
+    replays). Uses the first ``max_lookups`` lookups of the table (all when None)."""
+    from sdm.trace.stackdist import fit_stack_distance
+
+    own = not isinstance(trace, Trace)
+    tr = load(trace) if own else trace
+    try:
+        if not 0 <= table < tr.num_tables:
+            raise InvalidArgumentError(f"table {table} out of range; the trace has {tr.num_tables} "
+                                       f"tables")
+        parts, have = [], 0
+        for batch in tr:
+            ix = np.asarray(batch.indices[table], dtype=np.int64)
+            if max_lookups is not None:
+                ix = ix[: max_lookups - have]
+            parts.append(ix)
+            have += ix.shape[0]
+            if max_lookups is not None and have >= max_lookups:
+                break
+        keys = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+        if keys.size == 0:
+            raise InvalidArgumentError(f"table {table} has no lookups to profile")
+        return fit_stack_distance(keys)
+    finally:
+        if own:
+            tr.close()

@@ -1,0 +1,206 @@
+"""``sdm trace gen | import | stats``: make, bring in and describe access traces."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from sdm.errors import ConfigError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("trace", help="generate, import and describe embedding access traces",
+                       description="Embedding access traces (sdm trace files, .npz).")
+    tsub = p.add_subparsers(dest="trace_command", metavar="SUBCOMMAND")
+    p.set_defaults(func=lambda args: _usage(p))
+
+    g = tsub.add_parser("gen", help="generate a seeded synthetic trace from a profile",
+                        description="Generate a seeded synthetic trace. Profiles: uniform, zipf, "
+                                    "drift, inference, stack-distance, meta-2021 and the model "
+                                    "shapes criteo-kaggle, criteo-terabyte, mlperf-dlrm, "
+                                    "dlrm-bench, rm1, rm2, rm3. `--list` describes them.")
+    g.add_argument("--profile", default="zipf", help="profile name (default zipf)")
+    g.add_argument("--requests", type=int, help="samples to generate (inference: user requests); "
+                                                "default: the profile's size")
+    g.add_argument("--batches", type=int, help="number of batches (overrides --requests)")
+    g.add_argument("--batch-size", type=int, help="samples per batch (inference: requests per batch)")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--tables", type=int, help="number of tables (uniform, zipf, drift, meta-2021)")
+    g.add_argument("--table-size", help="rows per table: one value or a comma list")
+    g.add_argument("--pooling", help="mean lookups per bag: one value or a comma list")
+    g.add_argument("--alpha", help="Zipf exponent: one value or a comma list (one per table)")
+    g.add_argument("--max-rows", type=int, help="cap every table at this many rows")
+    g.add_argument("--drift", type=float, help="hot-set drift: ranks rotate this many rows per batch")
+    g.add_argument("--items-per-request", type=int, help="inference: candidate items per request")
+    g.add_argument("--dense", type=int, help="dense features per sample (0 = none)")
+    g.add_argument("--dist", help="stack-distance profile: the reference DLRM distribution file")
+    g.add_argument("--compress", action="store_true", help="deflate the file (smaller, slower)")
+    g.add_argument("--list", action="store_true", help="list the profiles and exit")
+    g.add_argument("--json", action="store_true", help="machine-readable output")
+    g.add_argument("-o", "--output", help="trace file to write (.npz)")
+    g.set_defaults(func=_gen)
+
+    i = tsub.add_parser("import", help="import a real trace format",
+                        description="Import a trace. KIND: fbgemm (dlrm_datasets .pt with torch, or "
+                                    ".npz with indices/offsets/lengths; several files = several "
+                                    "batches), dlrm-trace (reference DLRM trace.log), dlrm-dist "
+                                    "(reference DLRM distribution file, expanded), criteo (Kaggle / "
+                                    "Terabyte raw TSV).")
+    i.add_argument("kind", metavar="KIND", choices=["fbgemm", "dlrm-trace", "dlrm-dist", "criteo"])
+    i.add_argument("src", metavar="SRC", nargs="+")
+    i.add_argument("-o", "--output", required=True, help="trace file to write (.npz)")
+    i.add_argument("--batch-size", type=int, help="samples per batch (fbgemm: split each file)")
+    i.add_argument("--table-sizes", help="criteo: a profile name (criteo-kaggle) or 26 comma-separated "
+                                         "sizes to hash ids into; default: remap to contiguous ids. "
+                                         "fbgemm: sizes per table (default max id + 1)")
+    i.add_argument("--limit", type=int, help="criteo: stop after this many lines")
+    i.add_argument("--lookups", type=int, default=1 << 20, help="dlrm-dist: lookups to draw")
+    i.add_argument("--pooling", type=int, default=1, help="dlrm-trace, dlrm-dist: ids per bag")
+    i.add_argument("--seed", type=int, default=0, help="dlrm-dist: seed")
+    i.add_argument("--compress", action="store_true")
+    i.add_argument("--json", action="store_true")
+    i.set_defaults(func=_import)
+
+    s = tsub.add_parser("stats", help="locality statistics of a trace",
+                        description="Lookups, distinct rows, reuse histograms (dlrm_datasets "
+                                    "locality_stats bins), Zipf alpha, stack distances, unique ids "
+                                    "per batch, working set.")
+    s.add_argument("file", metavar="FILE")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.add_argument("--plot", metavar="DIR", help="write PNG plots into DIR (needs matplotlib)")
+    s.add_argument("--stack-lookups", type=int, default=1_000_000,
+                   help="lookups profiled for stack distances (default 1M)")
+    s.add_argument("--dist-out", metavar="FILE",
+                   help="also write the reference DLRM 3-line distribution of one table")
+    s.add_argument("--table", type=int, default=0, help="table for --dist-out (default 0)")
+    s.set_defaults(func=_stats)
+
+
+def _usage(p) -> int:
+    p.print_help()
+    return 2
+
+
+def _need_output(args):
+    if not args.output:
+        raise ConfigError("an output file is needed: -o FILE")
+    d = os.path.dirname(os.path.abspath(args.output))
+    if not os.path.isdir(d):
+        raise ConfigError(f"output directory {d!r} does not exist")
+
+
+def _gen(args) -> int:
+    from sdm.trace.format import load
+    from sdm.trace.generate import PROFILES, generate_to
+
+    if args.list:
+        rows = [{"profile": p.name, "kind": p.kind, "tables": p.num_tables,
+                 "batch_size": p.batch_size, "batches": p.batches,
+                 "description": p.description or p.source} for p in PROFILES.values()]
+        if args.json:
+            print(json.dumps(rows, indent=1))
+        else:
+            for r in rows:
+                print(f"{r['profile']:<16} {r['kind']:<15} {r['tables']:>3} tables  "
+                      f"{r['batches']:>3} x {r['batch_size']:<6} {r['description']}")
+        return 0
+    _need_output(args)
+    over = {k: v for k, v in dict(
+        requests=args.requests, batches=args.batches, batch_size=args.batch_size,
+        tables=args.tables, table_size=args.table_size, pooling=args.pooling, alpha=args.alpha,
+        max_rows=args.max_rows, drift=args.drift, items_per_request=args.items_per_request,
+        dense=args.dense, dist_file=args.dist).items() if v is not None}
+    t0 = time.perf_counter()
+    path = generate_to(args.output, args.profile, seed=args.seed, compress=args.compress,
+                       progress=not args.json and sys.stderr.isatty(), **over)
+    secs = time.perf_counter() - t0
+    return _report(path, secs, args.json, "generated")
+
+
+def _report(path, secs, as_json, verb) -> int:
+    from sdm.trace.format import load
+
+    with load(path) as tr:
+        info = {"path": path, "batches": len(tr), "tables": tr.num_tables,
+                "samples": int(tr.batch_sizes.sum()), "lookups": tr.num_lookups,
+                "table_sizes": [int(x) for x in tr.table_sizes], "bytes": os.path.getsize(path),
+                "seconds": round(secs, 3), "metadata": tr.metadata}
+    if as_json:
+        print(json.dumps(info, indent=1))
+    else:
+        print(f"{verb} {path}: {info['batches']} batches, {info['tables']} tables, "
+              f"{info['samples']:,} samples, {info['lookups']:,} lookups, "
+              f"{info['bytes'] / 2**20:.1f} MiB in {secs:.2f} s")
+    return 0
+
+
+def _sizes(text):
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        return text  # a profile name
+
+
+def _import(args) -> int:
+    from sdm.trace import importers as imp
+
+    _need_output(args)
+    t0 = time.perf_counter()
+    bar = not args.json and sys.stderr.isatty()
+    if args.kind == "fbgemm":
+        sizes = _sizes(args.table_sizes)
+        if isinstance(sizes, str):
+            raise ConfigError(f"--table-sizes for fbgemm must be integers, got {args.table_sizes!r}")
+        path = imp.import_fbgemm(args.src, args.output, batch_size=args.batch_size,
+                                 table_sizes=sizes, compress=args.compress, progress=bar)
+    else:
+        if len(args.src) != 1:
+            raise ConfigError(f"{args.kind} imports one file, got {len(args.src)}")
+        src = args.src[0]
+        bs = args.batch_size
+        if args.kind == "dlrm-trace":
+            path = imp.import_dlrm_trace(src, args.output, batch_size=bs or 1024,
+                                         pooling=args.pooling, compress=args.compress)
+        elif args.kind == "dlrm-dist":
+            path = imp.import_dlrm_dist(src, args.output, lookups=args.lookups,
+                                        batch_size=bs or 1024, pooling=args.pooling,
+                                        seed=args.seed, compress=args.compress)
+        else:
+            path = imp.import_criteo(src, args.output, table_sizes=_sizes(args.table_sizes),
+                                     batch_size=bs or 2048, limit=args.limit,
+                                     compress=args.compress, progress=bar)
+    return _report(path, time.perf_counter() - t0, args.json, "imported")
+
+
+def _stats(args) -> int:
+    from sdm.trace.format import load
+    from sdm.trace.render import plot_stats, stats_text
+    from sdm.trace.stats import table_stack_distribution, trace_stats
+    from sdm.trace.stackdist import write_dist_file
+
+    with load(args.file) as tr:
+        st = trace_stats(tr, stack_lookups=args.stack_lookups,
+                         progress=not args.json and sys.stderr.isatty())
+        dist_path = None
+        if args.dist_out:
+            dist = table_stack_distribution(tr, args.table, max_lookups=args.stack_lookups)
+            dist_path = write_dist_file(args.dist_out, dist)
+    plots = plot_stats(st, args.plot) if args.plot else []
+    if args.json:
+        out = st.to_json()
+        if plots:
+            out["plots"] = plots
+        if dist_path:
+            out["dist_file"] = dist_path
+        print(json.dumps(out, indent=1))
+    else:
+        print(stats_text(st))
+        for p in plots:
+            print(f"wrote {p}")
+        if dist_path:
+            print(f"wrote {dist_path} (stack-distance distribution of table {args.table})")
+    return 0
