@@ -8,6 +8,7 @@ from sdm import errors
 from sdm.formats import ROW_FORMATS, dequantize_rows, quantize_rows, row_bytes
 from sdm.pooling import embedding_bag
 from sdm.store import Store, TableSpec
+from sdm import trace
 
 __version__ = "0.1.0"
 
@@ -21,4 +22,5 @@ __all__ = [
     "embedding_bag",
     "Store",
     "TableSpec",
+    "trace",
 ]
