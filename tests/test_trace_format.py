@@ -55,6 +55,7 @@ def test_round_trip(tmp_path, compress):
             _same(a, b)
         _same(batches[-1], tr[-1])
         assert all(o.dtype == np.int64 for o in tr[0].offsets)
+        assert tr.num_lookups == sum(b.lookups for b in batches)
 
 
 def test_pairs_dicts_and_int32_storage(tmp_path):
@@ -183,7 +184,8 @@ def test_unknown_schema_version(tmp_path):
     assert info.value.field == "schema_version"
 
 
-@pytest.mark.parametrize("member", ["table_sizes", "metadata", "schema_version", "batch_sizes"])
+@pytest.mark.parametrize("member", ["table_sizes", "metadata", "schema_version", "batch_sizes",
+                                    "batch_lookups"])
 def test_missing_header_member(tmp_path, member):
     _rewrite(_good(tmp_path), tmp_path / "m.npz", {member: None})
     with pytest.raises(TraceFormatError, match=member) as info:
@@ -206,12 +208,15 @@ def test_bad_members_found_when_read(tmp_path):
     _rewrite(path, tmp_path / "o.npz", {"b00000001_offsets": bad_offs})
     tr2 = load(tmp_path / "o.npz")
     tr2[0]
-    with pytest.raises(TraceFormatError, match="b00000001_offsets") as info:
+    with pytest.raises(TraceFormatError, match="b00000001_offsets") as info:  # offsets vs indices
         tr2[1]
     assert info.value.field == "b00000001_offsets"
     _rewrite(path, tmp_path / "s.npz", {"b00000001_offsets": offs[:-3]})
     with pytest.raises(TraceFormatError, match="T \\* B \\+ 1"):
         load(tmp_path / "s.npz")[1]
+    _rewrite(path, tmp_path / "n.npz", {"b00000001_indices": ids[:-1]})
+    with pytest.raises(TraceFormatError, match="header says batch 1"):
+        load(tmp_path / "n.npz")[1]
     big = ids.copy()
     big[0] = 10_000
     _rewrite(path, tmp_path / "i.npz", {"b00000001_indices": big})

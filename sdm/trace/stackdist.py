@@ -212,25 +212,27 @@ def _sd_generate(unique, dists, cum, u, out):
     while log * 2 <= size:
         log *= 2
     nxt = nu
-    new_seen = 0
-    max_d = dists[dists.shape[0] - 1]
+    touched = 0
+    k = dists.shape[0]
+    # P(d = 0): a draw of a new reference once every key is touched is redrawn among d >= 1
+    p_new = cum[0] if dists[0] == 0 else 0.0
     for t in range(n):
         x = u[t]
-        if new_seen < max_d:
-            # only distances up to the number of keys touched so far can be realised yet
-            j = np.searchsorted(dists, new_seen, side="right") - 1
-            if j >= 0:
-                x *= cum[j]
+        if touched >= nu and p_new > 0.0 and p_new < 1.0:
+            x = p_new + x * (1.0 - p_new)
         j = np.searchsorted(cum, x, side="left")
-        if j >= dists.shape[0]:
-            j = dists.shape[0] - 1
+        if j >= k:
+            j = k - 1
         d = dists[j]
-        if d == 0:
-            pos = 1
-            new_seen += 1
+        if d == 0 or d > touched:
+            # a distance longer than the keys touched so far can only be a first touch; the
+            # source trace's cold misses gather at its start the same way
+            if touched < nu:
+                pos = 1
+                touched += 1
+            else:
+                pos = 1  # every key touched and no warm distance to draw: the least recent
         else:
-            if d > nu:
-                d = nu
             pos = nu - d + 1
         slot = _fen_kth(tree, pos, log) - 1
         key = item[slot]
@@ -245,9 +247,12 @@ def generate_stack_distance_keys(dist: StackDistanceDistribution, n: int, rng) -
     """Draw ``n`` keys whose LRU stack distances follow ``dist``.
 
     New references take the unique keys in their first-touch order; a draw of distance ``d``
-    re-touches the ``d``-th most recent key. While fewer than ``max(distances)`` keys have been
-    touched, the draw is restricted to realisable distances (as the reference generator does).
-    Once every unique key is touched, a "new" draw re-touches the least recent key.
+    re-touches the ``d``-th most recent key. A draw longer than the number of keys touched so far
+    becomes a new reference, and once every unique key is touched, new-reference draws are
+    redrawn among the warm distances. (The reference DLRM generator instead shrinks the support
+    to realisable distances and keeps drawing new references at the marginal rate; when a trace
+    touches most keys late, that shortens every distance. Here cold misses gather at the start,
+    as in the profiled trace, and profiling the output gives the distribution back.)
 
     Returns:
         ``(n,)`` int64 keys.
