@@ -3,11 +3,12 @@ caller that takes CSR bags: ids, offsets, per-sample weights."""
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from sdm.errors import IdOutOfRangeError, InvalidArgumentError, InvalidOffsetsError
 from sdm.formats import INT8_TAIL_BYTES, check_format, row_bytes
-from sdm.kernels.bag import bag_float, bag_int8
+from sdm.kernels.bag import bag_fp16, bag_fp32, bag_int8
 
 __all__ = ["embedding_bag", "check_ids", "check_offsets", "check_weights", "POOLING_MODES"]
 
@@ -169,6 +170,9 @@ def pool(table, indices, offsets, weights, mean, fmt, out):
     """Dispatch to the kernel for ``fmt`` on already-validated arrays (internal fast path)."""
     weighted = weights is not None
     w = weights if weighted else _NO_WEIGHTS
+    nthreads = numba.get_num_threads()
     if fmt == "int8":
-        return bag_int8(table, indices, offsets, w, weighted, mean, out)
-    return bag_float(table, indices, offsets, w, weighted, mean, out)
+        return bag_int8(table, indices, offsets, w, weighted, mean, out, nthreads)
+    if fmt == "fp16":  # Numba has no float16 arrays: the kernel widens the raw bits itself
+        return bag_fp16(table.view(np.uint16), indices, offsets, w, weighted, mean, out, nthreads)
+    return bag_fp32(table, indices, offsets, w, weighted, mean, out, nthreads)

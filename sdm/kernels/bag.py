@@ -1,63 +1,335 @@
 """Pooled gather (SparseLengthsSum) kernels.
 
-All cores share one contract and trust their inputs (validated by
+All drivers share one contract and trust their inputs (validated by
 :func:`sdm.pooling.embedding_bag`):
 
-* ``table``: ``(n, dim)`` float32 / float16 rows, or ``(n, dim + 8)`` uint8 fused int8 rows.
+* ``table``: ``(n, dim)`` float32 rows (:func:`bag_fp32`), ``(n, dim)`` uint16 holding
+  IEEE half bits (:func:`bag_fp16`; pass ``float16_table.view(np.uint16)``, Numba has no
+  float16 arrays), or ``(n, dim + 8)`` uint8 fused int8 rows (:func:`bag_int8`).
 * ``indices``: ``(nnz,)`` int32 or int64, every value in ``[0, n)``.
 * ``offsets``: ``(B + 1,)`` int64 CSR, non-decreasing, ``offsets[0] == 0``, ``offsets[B] == nnz``.
 * ``weights``: ``(nnz,)`` float32 per-sample weights; read only when ``weighted``.
 * ``mean``: divide each non-empty bag by its length.
-* ``out``: ``(B, dim)`` float32, fully overwritten (empty bags -> zeros).
+* ``out``: ``(B, dim)`` float32 C-contiguous, fully overwritten (empty bags -> zeros).
+
+How they are fast (the gather is memory-bound, so the aim is to keep many row loads in flight
+and to keep the arithmetic off the critical path):
+
+* Bags are split into one contiguous chunk per thread (``prange`` over chunks, not bags), and
+  each chunk runs a serial core whose loops LLVM can see whole.
+* Rows are taken ``_GROUP`` at a time: one pass over the columns adds all of them, so their
+  loads are independent and issued together, and ``out`` is read and written once per group
+  rather than once per row. ``fastmath`` lets the column loop vectorize (AVX2/AVX-512); it
+  reassociates the sum within a group, which the tests allow for with a tolerance.
+* A software prefetch (``llvm.prefetch``) is issued for the row ``_PREFETCH`` lookups ahead,
+  across bag boundaries, so DRAM latency overlaps the work on the current rows.
+* int8 rows are dequantized inside the loop: ``sum_k w_k (s_k q_k + b_k)`` is computed as
+  ``sum_k (w_k s_k) q_k`` per column plus the scalar ``sum_k w_k b_k`` once per bag.
+
+The helpers below are written in this file (not imported) on purpose: Numba's on-disk cache
+is keyed on the timestamp of the file that holds the jitted function, so a helper edited in
+another module would leave stale compiled kernels behind.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic, overload
 
-from sdm._jit import pjit, prange
+from sdm._jit import jit, pjit, prange
+
+_GROUP = 4  # rows added per pass over the columns (the unrolled body below has 4 slots)
+_PREFETCH = 16  # lookups ahead to prefetch; ~ DRAM latency / time per row
+_LINE = 64  # bytes per cache line
 
 
-@pjit
-def bag_float(table, indices, offsets, weights, weighted, mean, out):
-    """Pool float32 or float16 rows (float16 is widened to float32 inside the loop)."""
-    nbags, dim = out.shape
-    for b in prange(nbags):
+# -- tiny intrinsics, each with a plain-Python twin so NUMBA_DISABLE_JIT=1 still runs ----------
+
+def prefetch_row(table, row, nbytes):
+    """Hint the CPU to fetch ``nbytes`` of ``table[row]`` into cache (a no-op in Python)."""
+
+
+def half_bits_to_float(h):
+    """IEEE half-precision bits (uint16) -> float32."""
+    return np.float32(np.array([h], dtype=np.uint16).view(np.float16)[0])
+
+
+def bits_to_float(u):
+    """The float32 whose bits are the low 32 bits of integer ``u``."""
+    return np.array([int(u) & 0xFFFFFFFF], dtype=np.uint32).view(np.float32)[0]
+
+
+@intrinsic
+def _prefetch_line(typingctx, table, row, byte):
+    if not isinstance(table, types.Array):
+        return None
+
+    def codegen(context, builder, sig, args):
+        aryty = sig.args[0]
+        ary = context.make_array(aryty)(context, builder, value=args[0])
+        stride0 = cgutils.unpack_tuple(builder, ary.strides)[0]
+        intp = context.get_value_type(types.intp)
+        r = context.cast(builder, args[1], sig.args[1], types.intp)
+        off = builder.add(builder.mul(r, stride0), context.cast(builder, args[2], sig.args[2], types.intp))
+        base = builder.ptrtoint(ary.data, intp)
+        addr = builder.inttoptr(builder.add(base, off), cgutils.voidptr_t)
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [cgutils.voidptr_t, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        # read, high temporal locality (keep in all levels), data cache
+        builder.call(fn, [addr, i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return types.none(table, row, byte), codegen
+
+
+@intrinsic
+def _half_to_float(typingctx, h):
+    if h != types.uint16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        # fpext half -> float becomes vcvtph2ps (F16C) and vectorizes
+        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+
+    return types.float32(h), codegen
+
+
+@intrinsic
+def _bits_to_float(typingctx, u):
+    if not isinstance(u, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        v = args[0]
+        if u.bitwidth > 32:  # Numba widens uint32 arithmetic to 64 bits; the low word holds them
+            v = builder.trunc(v, ir.IntType(32))
+        return builder.bitcast(v, ir.FloatType())
+
+    return types.float32(u), codegen
+
+
+@overload(prefetch_row, jit_options={"cache": True})
+def _ol_prefetch_row(table, row, nbytes):
+    def impl(table, row, nbytes):
+        for byte in range(0, nbytes, _LINE):
+            _prefetch_line(table, row, byte)
+    return impl
+
+
+@overload(half_bits_to_float)
+def _ol_half(h):
+    return lambda h: _half_to_float(h)
+
+
+@overload(bits_to_float)
+def _ol_bits(u):
+    return lambda u: _bits_to_float(u)
+
+
+# -- serial cores over bags [b0, b1) ------------------------------------------------------------
+
+@jit(fastmath=True)
+def _fp32_range(table, indices, offsets, weights, weighted, mean, out, b0, b1):
+    dim = out.shape[1]
+    nnz = offsets[offsets.shape[0] - 1]
+    row_nbytes = dim * 4
+    one = np.float32(1.0)
+    for b in range(b0, b1):
         start = offsets[b]
         end = offsets[b + 1]
-        acc = out[b]
-        acc[:] = 0.0
-        for k in range(start, end):
-            row = table[indices[k]]
-            w = weights[k] if weighted else np.float32(1.0)
+        for j in range(dim):
+            out[b, j] = 0.0
+        k = start
+        while k + _GROUP <= end:
+            if k + _PREFETCH + _GROUP <= nnz:
+                for p in range(_GROUP):
+                    prefetch_row(table, indices[k + _PREFETCH + p], row_nbytes)
+            r0 = indices[k]
+            r1 = indices[k + 1]
+            r2 = indices[k + 2]
+            r3 = indices[k + 3]
+            if weighted:
+                w0 = weights[k]
+                w1 = weights[k + 1]
+                w2 = weights[k + 2]
+                w3 = weights[k + 3]
+                for j in range(dim):
+                    out[b, j] += (w0 * table[r0, j] + w1 * table[r1, j]) + (
+                        w2 * table[r2, j] + w3 * table[r3, j])
+            else:
+                for j in range(dim):
+                    out[b, j] += (table[r0, j] + table[r1, j]) + (table[r2, j] + table[r3, j])
+            k += _GROUP
+        while k < end:
+            if k + _PREFETCH < nnz:
+                prefetch_row(table, indices[k + _PREFETCH], row_nbytes)
+            r0 = indices[k]
+            w0 = weights[k] if weighted else one
             for j in range(dim):
-                acc[j] += w * np.float32(row[j])
+                out[b, j] += w0 * table[r0, j]
+            k += 1
         if mean and end > start:
-            inv = np.float32(1.0) / np.float32(end - start)
+            inv = one / np.float32(end - start)
             for j in range(dim):
-                acc[j] *= inv
+                out[b, j] *= inv
+
+
+@jit(fastmath=True)
+def _fp16_range(table, indices, offsets, weights, weighted, mean, out, b0, b1):
+    dim = out.shape[1]
+    nnz = offsets[offsets.shape[0] - 1]
+    row_nbytes = dim * 2
+    one = np.float32(1.0)
+    for b in range(b0, b1):
+        start = offsets[b]
+        end = offsets[b + 1]
+        for j in range(dim):
+            out[b, j] = 0.0
+        k = start
+        while k + _GROUP <= end:
+            if k + _PREFETCH + _GROUP <= nnz:
+                for p in range(_GROUP):
+                    prefetch_row(table, indices[k + _PREFETCH + p], row_nbytes)
+            r0 = indices[k]
+            r1 = indices[k + 1]
+            r2 = indices[k + 2]
+            r3 = indices[k + 3]
+            if weighted:
+                w0 = weights[k]
+                w1 = weights[k + 1]
+                w2 = weights[k + 2]
+                w3 = weights[k + 3]
+            else:
+                w0 = one
+                w1 = one
+                w2 = one
+                w3 = one
+            for j in range(dim):
+                out[b, j] += (w0 * half_bits_to_float(table[r0, j])
+                              + w1 * half_bits_to_float(table[r1, j])) + (
+                    w2 * half_bits_to_float(table[r2, j]) + w3 * half_bits_to_float(table[r3, j]))
+            k += _GROUP
+        while k < end:
+            if k + _PREFETCH < nnz:
+                prefetch_row(table, indices[k + _PREFETCH], row_nbytes)
+            r0 = indices[k]
+            w0 = weights[k] if weighted else one
+            for j in range(dim):
+                out[b, j] += w0 * half_bits_to_float(table[r0, j])
+            k += 1
+        if mean and end > start:
+            inv = one / np.float32(end - start)
+            for j in range(dim):
+                out[b, j] *= inv
+
+
+@jit(inline="always")
+def _int8_scale_bias(table, r, dim):
+    """(scale, bias) float32 of fused row ``r``: the 8 bytes after its ``dim`` codes."""
+    s = (np.uint32(table[r, dim]) | (np.uint32(table[r, dim + 1]) << np.uint32(8))
+         | (np.uint32(table[r, dim + 2]) << np.uint32(16)) | (np.uint32(table[r, dim + 3]) << np.uint32(24)))
+    c = (np.uint32(table[r, dim + 4]) | (np.uint32(table[r, dim + 5]) << np.uint32(8))
+         | (np.uint32(table[r, dim + 6]) << np.uint32(16)) | (np.uint32(table[r, dim + 7]) << np.uint32(24)))
+    return bits_to_float(s), bits_to_float(c)
+
+
+@jit(fastmath=True)
+def _int8_range(table, indices, offsets, weights, weighted, mean, out, b0, b1):
+    dim = out.shape[1]
+    nnz = offsets[offsets.shape[0] - 1]
+    row_nbytes = table.shape[1]
+    one = np.float32(1.0)
+    for b in range(b0, b1):
+        start = offsets[b]
+        end = offsets[b + 1]
+        for j in range(dim):
+            out[b, j] = 0.0
+        bias = np.float32(0.0)  # sum_k w_k * bias_k, added to every column at the end
+        k = start
+        while k + _GROUP <= end:
+            if k + _PREFETCH + _GROUP <= nnz:
+                for p in range(_GROUP):
+                    prefetch_row(table, indices[k + _PREFETCH + p], row_nbytes)
+            r0 = indices[k]
+            r1 = indices[k + 1]
+            r2 = indices[k + 2]
+            r3 = indices[k + 3]
+            s0, c0 = _int8_scale_bias(table, r0, dim)
+            s1, c1 = _int8_scale_bias(table, r1, dim)
+            s2, c2 = _int8_scale_bias(table, r2, dim)
+            s3, c3 = _int8_scale_bias(table, r3, dim)
+            if weighted:
+                w0 = weights[k]
+                w1 = weights[k + 1]
+                w2 = weights[k + 2]
+                w3 = weights[k + 3]
+                s0 *= w0
+                s1 *= w1
+                s2 *= w2
+                s3 *= w3
+                c0 *= w0
+                c1 *= w1
+                c2 *= w2
+                c3 *= w3
+            bias += (c0 + c1) + (c2 + c3)
+            for j in range(dim):
+                out[b, j] += (s0 * np.float32(table[r0, j]) + s1 * np.float32(table[r1, j])) + (
+                    s2 * np.float32(table[r2, j]) + s3 * np.float32(table[r3, j]))
+            k += _GROUP
+        while k < end:
+            if k + _PREFETCH < nnz:
+                prefetch_row(table, indices[k + _PREFETCH], row_nbytes)
+            r0 = indices[k]
+            s0, c0 = _int8_scale_bias(table, r0, dim)
+            if weighted:
+                s0 *= weights[k]
+                c0 *= weights[k]
+            bias += c0
+            for j in range(dim):
+                out[b, j] += s0 * np.float32(table[r0, j])
+            k += 1
+        if end > start:
+            inv = one / np.float32(end - start) if mean else one
+            for j in range(dim):
+                out[b, j] = (out[b, j] + bias) * inv
+
+
+# -- parallel drivers: one contiguous chunk of bags per thread ----------------------------------
+# ``nthreads`` comes from the caller (``numba.get_num_threads()``): calling that inside a kernel
+# embeds a ctypes pointer, which makes the kernel uncacheable.
+
+@pjit
+def bag_fp32(table, indices, offsets, weights, weighted, mean, out, nthreads):
+    """Pool float32 rows; see the module docstring for the contract. Returns ``out``."""
+    nbags = out.shape[0]
+    nchunks = max(1, min(nthreads, nbags))
+    for c in prange(nchunks):
+        _fp32_range(table, indices, offsets, weights, weighted, mean, out,
+                    c * nbags // nchunks, (c + 1) * nbags // nchunks)
     return out
 
 
 @pjit
-def bag_int8(table, indices, offsets, weights, weighted, mean, out):
-    """Pool fused int8 rows, dequantizing inside the loop: ``sum w * (scale * q + bias)``."""
-    nbags, dim = out.shape
-    for b in prange(nbags):
-        start = offsets[b]
-        end = offsets[b + 1]
-        acc = out[b]
-        acc[:] = 0.0
-        for k in range(start, end):
-            row = table[indices[k]]
-            tail = row[dim:].view(np.float32)
-            w = weights[k] if weighted else np.float32(1.0)
-            scale = w * tail[0]
-            bias = w * tail[1]
-            for j in range(dim):
-                acc[j] += scale * np.float32(row[j]) + bias
-        if mean and end > start:
-            inv = np.float32(1.0) / np.float32(end - start)
-            for j in range(dim):
-                acc[j] *= inv
+def bag_fp16(table, indices, offsets, weights, weighted, mean, out, nthreads):
+    """Pool half rows given as ``(n, dim)`` uint16 bits, widened to float32 in the loop."""
+    nbags = out.shape[0]
+    nchunks = max(1, min(nthreads, nbags))
+    for c in prange(nchunks):
+        _fp16_range(table, indices, offsets, weights, weighted, mean, out,
+                    c * nbags // nchunks, (c + 1) * nbags // nchunks)
+    return out
+
+
+@pjit
+def bag_int8(table, indices, offsets, weights, weighted, mean, out, nthreads):
+    """Pool fused int8 rows ``(n, dim + 8) uint8``, dequantized inside the loop."""
+    nbags = out.shape[0]
+    nchunks = max(1, min(nthreads, nbags))
+    for c in prange(nchunks):
+        _int8_range(table, indices, offsets, weights, weighted, mean, out,
+                    c * nbags // nchunks, (c + 1) * nbags // nchunks)
     return out

@@ -1,0 +1,178 @@
+"""Pooled-gather (SparseLengthsSum) benchmark: sdm.embedding_bag against its peers.
+
+Reports ns per looked-up row and GB/s of row bytes (looked-up rows x row bytes / time) for a
+``rows x dim`` table, ``bags`` bags of ``pool`` lookups, uniform and Zipf(1.05) ids (Zipf
+ranks scattered over the table by a fixed permutation, so hot rows are not neighbours), at
+1 and 2 threads. Peers in the same process, interleaved call by call:
+
+* ``numpy``: ``take`` + ``add.reduceat`` (the obvious vectorized reference),
+* ``torch``: ``torch.nn.functional.embedding_bag(mode="sum")`` (FBGEMM on CPU),
+* ``torch-int8``: ``torch.ops.quantized.embedding_bag_byte_rowwise_offsets`` over a table
+  made by ``embedding_bag_byte_prepack`` (the same bytes as ``sdm.quantize_rows(.., "int8")``).
+
+Every timed call gets a different pre-generated batch: a batch repeated call after call sits
+in the CPU caches and flatters every contender. The figure per case is the median over
+``--reps`` calls. Run::
+
+    .venv/bin/python bench/bench_gather.py            # 1M x 64, B = 2048, pool 20
+    .venv/bin/python bench/bench_gather.py --quick    # toy size smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import time
+
+import numba
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import sdm  # noqa: E402
+from sdm.pooling import pool  # noqa: E402
+
+try:
+    import torch
+except ImportError:  # torch is a bench/test-only peer
+    torch = None
+
+
+def zipf_ranks(rng, n_items: int, size: int, alpha: float) -> np.ndarray:
+    """``size`` ranks in ``[0, n_items)`` with P(rank k) proportional to ``(k + 1) ** -alpha``."""
+    cdf = np.cumsum(np.arange(1, n_items + 1, dtype=np.float64) ** -alpha)
+    cdf /= cdf[-1]
+    return np.minimum(np.searchsorted(cdf, rng.random(size)), n_items - 1)
+
+
+def make_batches(rng, dist: str, n_rows: int, n_batches: int, nnz: int, perm) -> list:
+    if dist == "uniform":
+        return [rng.integers(0, n_rows, nnz, dtype=np.int64) for _ in range(n_batches)]
+    ranks = zipf_ranks(rng, n_rows, n_batches * nnz, 1.05)
+    ids = perm[ranks].astype(np.int64)
+    return [ids[i * nnz:(i + 1) * nnz].copy() for i in range(n_batches)]
+
+
+def numpy_bag(table, ids, offsets):
+    """Sum-pool with numpy; ``reduceat`` is wrong for empty bags, which this bench never makes."""
+    return np.add.reduceat(table[ids], offsets[:-1], axis=0)
+
+
+def build_contenders(tables, offsets, with_numpy: bool):
+    """name -> (row_bytes, fn(ids) -> result, peer name for the ratio or None)."""
+    t32, t16, t8 = tables
+    nbags = offsets.shape[0] - 1
+    dim = t32.shape[1]
+    out = np.empty((nbags, dim), dtype=np.float32)
+    c = {}
+    c["sdm-fp32"] = (t32.shape[1] * 4, lambda ids: pool(t32, ids, offsets, None, False, "fp32", out), "torch")
+    c["sdm-fp16"] = (t16.shape[1] * 2, lambda ids: pool(t16, ids, offsets, None, False, "fp16", out), "torch")
+    c["sdm-int8"] = (t8.shape[1], lambda ids: pool(t8, ids, offsets, None, False, "int8", out), "torch-int8")
+    if with_numpy:
+        c["numpy"] = (t32.shape[1] * 4, lambda ids: numpy_bag(t32, ids, offsets), "torch")
+    if torch is not None:
+        w32 = torch.from_numpy(t32)
+        w8 = torch.ops.quantized.embedding_bag_byte_prepack(w32)
+        toff = torch.from_numpy(offsets)
+        f = torch.nn.functional.embedding_bag
+        q = torch.ops.quantized.embedding_bag_byte_rowwise_offsets
+        c["torch"] = (t32.shape[1] * 4, lambda ids: f(torch.from_numpy(ids), w32, toff, mode="sum",
+                                                      include_last_offset=True), None)
+        c["torch-int8"] = (w8.shape[1], lambda ids: q(w8, torch.from_numpy(ids), toff, False, 0, False,
+                                                      None, None, True), None)
+    return c
+
+
+def set_threads(n: int) -> None:
+    numba.set_num_threads(n)
+    if torch is not None:
+        torch.set_num_threads(n)
+
+
+def run_case(contenders, batches, reps: int, numpy_every: int):
+    """Median seconds per call of each contender, calls interleaved, a fresh batch each call."""
+    names = list(contenders)
+    times = {n: [] for n in names}
+    nb = len(batches)
+    for n in names:  # warm-up: compile, first touch of the threads
+        for i in range(3):
+            contenders[n][1](batches[i % nb])
+    k = 0
+    for r in range(reps):
+        order = names[r % len(names):] + names[:r % len(names)]  # rotate who goes first
+        for n in order:
+            if n == "numpy" and r % numpy_every:
+                continue
+            ids = batches[k % nb]
+            k += 1
+            t0 = time.perf_counter()
+            contenders[n][1](ids)
+            times[n].append(time.perf_counter() - t0)
+    return {n: float(np.median(v)) for n, v in times.items()}
+
+
+def machine() -> str:
+    def sh(cmd):
+        try:
+            return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
+        except OSError:
+            return "?"
+    commit = sh("git -C %s rev-parse --short HEAD" % os.path.dirname(os.path.abspath(__file__)))
+    return (f"{sh('uname -a')}\nnproc {sh('nproc')}; {platform.python_version()}; numba {numba.__version__}; "
+            f"numpy {np.__version__}; torch {torch.__version__ if torch else 'absent'}; "
+            f"threading layer {numba.threading_layer()}; commit {commit}\n"
+            + sh("lscpu | grep -E 'Model name|L2 cache|L3 cache'"))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="toy size smoke test")
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--dim", type=int, default=64)
+    ap.add_argument("--bags", type=int, default=2048)
+    ap.add_argument("--pool", type=int, default=20)
+    ap.add_argument("--reps", type=int, default=150, help="timed calls per contender and case")
+    ap.add_argument("--batches", type=int, default=64, help="distinct pre-generated batches")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--no-numpy", action="store_true")
+    ap.add_argument("--only", default="", help="comma list of contenders to run")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.rows, args.bags, args.reps, args.batches = 10_000, 64, 5, 4
+
+    rng = np.random.default_rng(2024)
+    t32 = rng.standard_normal((args.rows, args.dim), dtype=np.float32)
+    t16 = t32.astype(np.float16)
+    t8 = sdm.quantize_rows(t32, "int8")
+    offsets = np.arange(0, (args.bags + 1) * args.pool, args.pool, dtype=np.int64)
+    nnz = args.bags * args.pool
+    perm = rng.permutation(args.rows)
+    contenders = build_contenders((t32, t16, t8), offsets, not args.no_numpy)
+    if args.only:
+        keep = set(args.only.split(","))
+        contenders = {k: v for k, v in contenders.items() if k in keep}
+
+    print(f"table {args.rows} x {args.dim}, B = {args.bags}, pool {args.pool} "
+          f"({nnz} rows per call), median of {args.reps} calls, {args.batches} distinct batches\n")
+    print(f"| ids | threads | contender | ns/row | GB/s | vs peer |")
+    print(f"|---|---|---|---|---|---|")
+    for dist in ("uniform", "zipf"):
+        batches = make_batches(rng, dist, args.rows, args.batches, nnz, perm)
+        for nt in [int(x) for x in args.threads.split(",")]:
+            set_threads(nt)
+            med = run_case(contenders, batches, args.reps, numpy_every=10)
+            for name, (rb, _, peer) in contenders.items():
+                ns = med[name] * 1e9 / nnz
+                gbs = nnz * rb / med[name] / 1e9
+                ratio = f"{med[name] / med[peer]:.2f}x {peer}" if peer in med else ""
+                print(f"| {dist} | {nt} | {name} | {ns:.1f} | {gbs:.1f} | {ratio} |", flush=True)
+    print()
+    print(machine())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,263 @@
+"""sdm.embedding_bag against a naive loop reference (hypothesis) and against torch."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numba
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import sdm
+from sdm.errors import IdOutOfRangeError, InvalidArgumentError, InvalidOffsetsError
+from sdm.pooling import pool
+
+SENTINEL = np.float32(-12345.5)
+
+
+def make_table(rng, n, dim, fmt):
+    """(table as embedding_bag takes it, float32 rows it decodes to)."""
+    x = rng.standard_normal((n, dim)).astype(np.float32)
+    raw = sdm.quantize_rows(x, fmt)
+    if fmt == "fp32":
+        table = x
+    elif fmt == "fp16":
+        table = x.astype(np.float16)
+    else:
+        table = raw
+    return table, sdm.dequantize_rows(raw, fmt, dim)
+
+
+def reference_bag(rows, ids, offsets, weights, mode):
+    """Loop reference in float64, plus the sum of |terms| per bag to scale the tolerance."""
+    nbags = len(offsets) - 1
+    dim = rows.shape[1]
+    out = np.zeros((nbags, dim))
+    mag = np.zeros((nbags, dim))
+    for b in range(nbags):
+        n = offsets[b + 1] - offsets[b]
+        for k in range(offsets[b], offsets[b + 1]):
+            w = 1.0 if weights is None else float(weights[k])
+            out[b] += w * rows[ids[k]].astype(np.float64)
+            mag[b] += np.abs(w * rows[ids[k]].astype(np.float64))
+        if mode == "mean" and n:
+            out[b] /= n
+            mag[b] /= n
+    return out, mag
+
+
+def assert_close(got, ref, mag):
+    # fastmath pooling reassociates sums: allow a few float32 ulps of the magnitude summed
+    err = np.abs(got.astype(np.float64) - ref)
+    bound = 4e-6 * mag + 1e-6
+    assert (err <= bound).all(), f"max error {err.max()} over bound at {np.unravel_index(np.argmax(err - bound), err.shape)}"
+
+
+@st.composite
+def bag_cases(draw):
+    fmt = draw(st.sampled_from(sdm.ROW_FORMATS))
+    n = draw(st.integers(1, 40))
+    dim = draw(st.sampled_from([1, 2, 3, 4, 5, 8, 13, 16, 17, 31, 64, 100]))
+    lens = draw(st.lists(st.integers(0, 13), min_size=0, max_size=12))
+    nnz = sum(lens)
+    # a small id alphabet makes repeated ids within a bag common
+    ids = draw(st.lists(st.integers(0, n - 1), min_size=nnz, max_size=nnz))
+    return dict(
+        fmt=fmt, n=n, dim=dim, lens=lens, ids=ids,
+        idx_dtype=draw(st.sampled_from([np.int32, np.int64])),
+        mode=draw(st.sampled_from(["sum", "mean"])),
+        weighted=draw(st.booleans()),
+        seed=draw(st.integers(0, 2**31 - 1)),
+    )
+
+
+@given(bag_cases())
+def test_matches_reference(case):
+    rng = np.random.default_rng(case["seed"])
+    table, rows = make_table(rng, case["n"], case["dim"], case["fmt"])
+    offsets = np.concatenate([[0], np.cumsum(case["lens"], dtype=np.int64)]).astype(np.int64)
+    ids = np.asarray(case["ids"], dtype=case["idx_dtype"])
+    weights = rng.uniform(-2, 2, len(ids)).astype(np.float32) if case["weighted"] else None
+    nbags = len(case["lens"])
+    table_before = table.copy()
+
+    # write through a view of a bigger buffer: nothing may land past the output
+    buf = np.full((nbags + 3, case["dim"]), SENTINEL, dtype=np.float32)
+    got = sdm.embedding_bag(table, ids, offsets, fmt=case["fmt"], mode=case["mode"],
+                            per_sample_weights=weights, out=buf[:nbags])
+    ref, mag = reference_bag(rows, ids, offsets, weights, case["mode"])
+    assert got.shape == (nbags, case["dim"]) and got.dtype == np.float32
+    assert_close(got, ref, mag)
+    assert (buf[nbags:] == SENTINEL).all()
+    assert np.array_equal(table, table_before)
+    for b, length in enumerate(case["lens"]):
+        if length == 0:
+            assert (got[b] == 0).all()
+
+    # the allocating path agrees bit for bit with the out= path
+    again = sdm.embedding_bag(table, ids, offsets, fmt=case["fmt"], mode=case["mode"],
+                              per_sample_weights=weights)
+    assert np.array_equal(again, got)
+
+
+@pytest.mark.parametrize("fmt", sdm.ROW_FORMATS)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_large_batch_all_threads(fmt, threads):
+    """Many bags over several chunks, prefetch running ahead across bag boundaries."""
+    rng = np.random.default_rng(7)
+    table, rows = make_table(rng, 5000, 64, fmt)
+    lens = rng.integers(0, 40, 701)
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    ids = rng.integers(0, 5000, offsets[-1])
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        got = sdm.embedding_bag(table, ids, offsets, fmt=fmt)
+    finally:
+        numba.set_num_threads(before)
+    ref, mag = reference_bag(rows, ids, offsets, None, "sum")
+    assert_close(got, ref, mag)
+
+
+def test_no_bags_and_no_lookups():
+    table = np.ones((3, 4), dtype=np.float32)
+    assert sdm.embedding_bag(table, np.empty(0, np.int64), np.array([0])).shape == (0, 4)
+    got = sdm.embedding_bag(table, [], np.zeros(5, np.int64))
+    assert got.shape == (4, 4) and (got == 0).all()
+
+
+def test_pool_fast_path_matches_wrapper():
+    rng = np.random.default_rng(3)
+    table, _ = make_table(rng, 100, 16, "int8")
+    ids = rng.integers(0, 100, 50).astype(np.int32)
+    offsets = np.array([0, 10, 10, 50], dtype=np.int64)
+    out = np.empty((3, 16), dtype=np.float32)
+    got = pool(table, ids, offsets, None, True, "int8", out)
+    assert got is out
+    assert np.array_equal(out, sdm.embedding_bag(table, ids, offsets, fmt="int8", mode="mean"))
+
+
+# -- validation ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad", [10, 11, 2**40, -1, -7])
+def test_out_of_range_id_is_named(bad):
+    table = np.zeros((10, 4), dtype=np.float32)
+    ids = np.array([0, bad, 3], dtype=np.int64)
+    with pytest.raises(IdOutOfRangeError, match=str(bad)):
+        sdm.embedding_bag(table, ids, np.array([0, 3]))
+    assert issubclass(IdOutOfRangeError, IndexError)
+
+
+@pytest.mark.parametrize("offsets, match", [
+    ([1, 3], "offsets\\[0\\] must be 0"),
+    ([0, 2], "offsets\\[-1\\] must equal len\\(indices\\) = 3"),
+    ([0, 2, 1, 3], "non-decreasing"),
+    ([], "B \\+ 1 >= 1"),
+    ([[0, 3]], "1-D"),
+    ([0.0, 3.0], "integer"),
+])
+def test_bad_offsets(offsets, match):
+    table = np.zeros((10, 4), dtype=np.float32)
+    with pytest.raises(InvalidOffsetsError, match=match):
+        sdm.embedding_bag(table, np.array([1, 2, 3]), np.asarray(offsets))
+
+
+def test_bad_arguments():
+    table = np.zeros((10, 4), dtype=np.float32)
+    ids = np.array([1, 2, 3])
+    off = np.array([0, 3])
+    with pytest.raises(InvalidArgumentError, match="mode 'max'"):
+        sdm.embedding_bag(table, ids, off, mode="max")
+    with pytest.raises(InvalidArgumentError, match=r"per_sample_weights must have shape \(3,\)"):
+        sdm.embedding_bag(table, ids, off, per_sample_weights=np.ones(2))
+    with pytest.raises(InvalidArgumentError, match="float16"):
+        sdm.embedding_bag(table, ids, off, fmt="fp16")
+    with pytest.raises(InvalidArgumentError, match="12 bytes per row"):
+        sdm.embedding_bag(np.zeros((10, 13), np.uint8), ids, off, fmt="int8", dim=4)
+    with pytest.raises(InvalidArgumentError, match="integer dtype"):
+        sdm.embedding_bag(table, np.array([1.0, 2.0, 3.0]), off)
+    with pytest.raises(InvalidArgumentError, match=r"C-contiguous \(1, 4\) float32"):
+        sdm.embedding_bag(table, ids, off, out=np.zeros((1, 4), np.float64))
+    with pytest.raises(InvalidArgumentError, match="row format"):
+        sdm.embedding_bag(table, ids, off, fmt="bf16")
+
+
+# -- the GIL is released -------------------------------------------------------------------------
+
+def test_kernel_releases_the_gil():
+    """A Python thread counting in a loop keeps counting during one long kernel call."""
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((200_000, 64), dtype=np.float32)
+    ids = rng.integers(0, 200_000, 3_000_000).astype(np.int32)
+    offsets = np.arange(0, 3_000_001, 30, dtype=np.int64)
+    sdm.embedding_bag(table, ids[:30], offsets[:2])  # compile / load outside the timed call
+
+    count = [0]
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            count[0] += 1
+
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)  # leave a core for the counting thread
+    spinner = threading.Thread(target=spin)
+    spinner.start()
+    try:
+        time.sleep(0.05)
+        c0 = count[0]
+        t0 = time.perf_counter()
+        sdm.embedding_bag(table, ids, offsets)
+        elapsed = time.perf_counter() - t0
+        during = count[0] - c0
+    finally:
+        stop.set()
+        spinner.join()
+        numba.set_num_threads(before)
+    # with the GIL held the counter could only move in the few switch intervals before the call
+    assert elapsed > 0.02, "call too short to tell"
+    assert during > 10_000, f"counter moved {during} times during a {elapsed * 1e3:.0f} ms call"
+
+
+# -- against torch (an independent implementation: FBGEMM) ---------------------------------------
+
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("idx_dtype", [np.int32, np.int64])
+def test_fp32_against_torch(mode, weighted, idx_dtype):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(11)
+    table = rng.standard_normal((1000, 24)).astype(np.float32)
+    lens = rng.integers(0, 30, 200)
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    ids = rng.integers(0, 1000, offsets[-1]).astype(idx_dtype)
+    w = rng.uniform(0, 2, len(ids)).astype(np.float32) if weighted else None
+    if weighted and mode == "mean":  # torch takes per-sample weights with mode="sum" only
+        pytest.skip("torch: per_sample_weights only with mode='sum'")
+    want = torch.nn.functional.embedding_bag(
+        torch.from_numpy(ids.astype(np.int64)), torch.from_numpy(table), torch.from_numpy(offsets),
+        mode=mode, include_last_offset=True,
+        per_sample_weights=None if w is None else torch.from_numpy(w)).numpy()
+    got = sdm.embedding_bag(table, ids, offsets, mode=mode, per_sample_weights=w)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_int8_against_torch_byte_rowwise(weighted):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((500, 32)).astype(np.float32)
+    packed = torch.ops.quantized.embedding_bag_byte_prepack(torch.from_numpy(x))
+    lens = rng.integers(0, 25, 150)
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    ids = rng.integers(0, 500, offsets[-1])
+    w = rng.uniform(0, 2, len(ids)).astype(np.float32) if weighted else None
+    want = torch.ops.quantized.embedding_bag_byte_rowwise_offsets(
+        packed, torch.from_numpy(ids), torch.from_numpy(offsets), False, 0, False,
+        None if w is None else torch.from_numpy(w), None, True).numpy()
+    # sdm reads torch's prepacked bytes directly: the layouts are the same
+    got = sdm.embedding_bag(packed.numpy(), ids, offsets, fmt="int8", per_sample_weights=w)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
