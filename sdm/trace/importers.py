@@ -14,6 +14,7 @@ file and the line, column or field at fault; the output appears only when the im
 from __future__ import annotations
 
 import os
+import zipfile
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -68,7 +69,7 @@ def read_fbgemm(path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
                 indices, offsets, lengths = z["indices"], z["offsets"], z["lengths"]
         except TraceFormatError:
             raise
-        except (ValueError, OSError, EOFError) as exc:
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
             raise TraceFormatError(f"{path}: not a readable .npz ({exc})", field="file",
                                    path=path) from None
     else:
