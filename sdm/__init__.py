@@ -9,6 +9,7 @@ from sdm.formats import ROW_FORMATS, dequantize_rows, quantize_rows, row_bytes
 from sdm.pooling import embedding_bag
 from sdm.store import Store, TableSpec
 from sdm import trace
+from sdm import model
 
 __version__ = "0.1.0"
 
@@ -23,4 +24,5 @@ __all__ = [
     "Store",
     "TableSpec",
     "trace",
+    "model",
 ]
