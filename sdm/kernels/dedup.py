@@ -1,0 +1,159 @@
+"""Batch dedup: the distinct ids of a batch and, for each lookup, which distinct id it is.
+
+The store's miss path fetches each distinct row once and scatters it back through the
+inverse. ``np.unique(ids, return_inverse=True)`` sorts all ``n`` ids (``O(n log n)``); a batch
+has far fewer distinct ids than lookups (Zipf skew), so this kernel hashes every id once
+(``O(n)``, open addressing in a power-of-two table at most half full) and sorts only the
+``u`` distinct ones, with a radix sort (``O(u)`` per 11 bits of id span).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from sdm._jit import jit
+from sdm.errors import InvalidArgumentError
+
+__all__ = ["unique_inverse"]
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # 2**64 / golden ratio: Fibonacci hashing
+
+
+@jit
+def _first_seen(ids, inverse, slot_key, slot_uid, first, first_slot):
+    """Distinct ids in order of first sight ``(u,) int64``; ``inverse[i]`` = position of ``ids[i]`` there.
+
+    ``slot_key``/``slot_uid`` are scratch of a power-of-two length >= 2n with every
+    ``slot_uid == -1`` on entry, and are left that way (only the touched slots are reset, so a
+    call costs O(n), not O(scratch)). ``first``/``first_slot`` are ``(>= n,)`` int64 scratch.
+    """
+    n = ids.shape[0]
+    bits = 1
+    while (1 << bits) < 2 * n:
+        bits += 1
+    mask = (1 << bits) - 1
+    shift = np.uint64(64 - bits)
+    u = 0
+    for i in range(n):
+        key = np.int64(ids[i])
+        # high bits of the product mix every input bit (low bits of sequential ids collide)
+        h = np.int64((np.uint64(key) * _GOLDEN) >> shift)
+        while True:
+            s = slot_uid[h]
+            if s < 0:
+                slot_key[h] = key
+                slot_uid[h] = u
+                first[u] = key
+                first_slot[u] = h
+                inverse[i] = u
+                u += 1
+                break
+            if slot_key[h] == key:
+                inverse[i] = s
+                break
+            h = (h + 1) & mask
+    for r in range(u):
+        slot_uid[first_slot[r]] = -1
+    return first[:u].copy()
+
+
+_RADIX_BITS = 11  # 2048 buckets: the counts stay in L1
+
+
+@jit
+def _sorted_with_rank(distinct, inverse):
+    """Sort ``distinct`` ``(u,) int64`` ascending with an LSD radix sort over ``key - min`` (only
+    as many 11-bit passes as the key span needs, two for ids below 4M), then rewrite
+    ``inverse`` from first-sight positions to sorted positions. Returns the sorted ids."""
+    u = distinct.shape[0]
+    if u == 0:
+        return distinct.copy()
+    lo = distinct.min()
+    span = np.uint64(distinct.max() - lo)
+    keys = np.empty(u, dtype=np.uint64)
+    vals = np.empty(u, dtype=np.int64)
+    for i in range(u):
+        keys[i] = np.uint64(distinct[i] - lo)
+        vals[i] = i
+    keys2 = np.empty(u, dtype=np.uint64)
+    vals2 = np.empty(u, dtype=np.int64)
+    nb = 1 << _RADIX_BITS
+    digit_mask = np.uint64(nb - 1)
+    count = np.empty(nb + 1, dtype=np.int64)
+    shift = 0
+    while shift < 64 and (span >> np.uint64(shift)) > 0:
+        sh = np.uint64(shift)
+        count[:] = 0
+        for i in range(u):
+            count[np.int64((keys[i] >> sh) & digit_mask) + 1] += 1
+        for d in range(nb):
+            count[d + 1] += count[d]
+        for i in range(u):
+            d = np.int64((keys[i] >> sh) & digit_mask)
+            p = count[d]
+            count[d] = p + 1
+            keys2[p] = keys[i]
+            vals2[p] = vals[i]
+        keys, keys2 = keys2, keys
+        vals, vals2 = vals2, vals
+        shift += _RADIX_BITS
+    rank = np.empty(u, dtype=np.int64)
+    uniq = np.empty(u, dtype=np.int64)
+    for r in range(u):
+        rank[vals[r]] = r
+        uniq[r] = np.int64(keys[r]) + lo
+    for i in range(inverse.shape[0]):
+        inverse[i] = rank[inverse[i]]
+    return uniq
+
+
+_local = threading.local()
+
+
+def _scratch(n: int):
+    """Per-thread scratch reused across calls: fresh multi-MB arrays per call cost more in page
+    faults than the hashing itself. Kernels stay pure; the state lives here, one per thread."""
+    size = 2
+    while size < 2 * n:
+        size *= 2
+    have = getattr(_local, "arrays", None)
+    if have is None or have[0].shape[0] < size or have[2].shape[0] < n:
+        size = max(size, have[0].shape[0] if have else 0)
+        cap = max(n, have[2].shape[0] if have else 0)
+        have = (np.empty(size, np.int64), np.full(size, -1, np.int64),
+                np.empty(cap, np.int64), np.empty(cap, np.int64))
+        _local.arrays = have
+    return have
+
+
+def unique_inverse(ids) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct ids in ascending order and the inverse map, like ``np.unique(ids, return_inverse=True)``.
+
+    Args:
+        ids: ``(n,)`` integer ids (any integer dtype; converted to int64).
+
+    Returns:
+        ``(unique, inverse)``: ``unique`` ``(u,) int64`` ascending and distinct; ``inverse``
+        ``(n,) int64`` with ``unique[inverse] == ids``.
+
+    Raises:
+        InvalidArgumentError: ``ids`` is not 1-D or not integer.
+    """
+    ids = np.asarray(ids)
+    if ids.ndim != 1:
+        raise InvalidArgumentError(f"ids must be 1-D, got shape {ids.shape}")
+    if ids.size == 0 and ids.dtype == np.float64:  # np.asarray([])
+        ids = ids.astype(np.int64)
+    if ids.dtype == np.bool_ or not np.issubdtype(ids.dtype, np.integer):
+        raise InvalidArgumentError(f"ids must have an integer dtype, got {ids.dtype}")
+    if ids.dtype == np.uint64 and ids.size and ids.max() > np.iinfo(np.int64).max:
+        raise InvalidArgumentError(f"id {int(ids.max())} does not fit in int64")
+    if ids.dtype not in (np.int32, np.int64):
+        ids = ids.astype(np.int64)
+    ids = np.ascontiguousarray(ids)
+    n = ids.shape[0]
+    inverse = np.empty(n, dtype=np.int64)
+    distinct = _first_seen(ids, inverse, *_scratch(n))
+    return _sorted_with_rank(distinct, inverse), inverse
