@@ -7,6 +7,7 @@ pooled gather and cache policies. See README.md for the two set-up commands and 
 from sdm import errors
 from sdm.formats import ROW_FORMATS, dequantize_rows, quantize_rows, row_bytes
 from sdm.pooling import embedding_bag
+from sdm.policies import POLICIES, SimResult, miss_ratio_curve, simulate
 from sdm.store import Store, TableSpec
 from sdm import trace
 from sdm import model
@@ -21,6 +22,10 @@ __all__ = [
     "dequantize_rows",
     "row_bytes",
     "embedding_bag",
+    "POLICIES",
+    "SimResult",
+    "simulate",
+    "miss_ratio_curve",
     "Store",
     "TableSpec",
     "trace",

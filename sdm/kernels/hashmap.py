@@ -1,0 +1,149 @@
+"""Open-addressing int64 key -> int64 value map as a Numba kernel.
+
+State is one preallocated ``(2 * size,)`` int64 array ``table`` (``size`` a power of two):
+entry ``i`` holds its key at ``table[2 * i]`` and its value at ``table[2 * i + 1]``, so one
+probe touches one cache line. A free entry holds ``EMPTY`` (-1) as its key, which is why
+keys must be non-negative. Linear probing from a Fibonacci hash of the key; deletion shifts
+later entries of the cluster back (no tombstones), so lookups stay short after any number
+of inserts and deletes. The caller sizes the table so it is never more than half full
+(:func:`table_size_for`); the kernels trust that and never resize.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sdm._jit import jit
+
+__all__ = ["EMPTY", "table_size_for", "make_hashmap_state", "hm_find", "hm_insert",
+           "hm_delete", "hm_clear", "hm_find_many", "hm_insert_many", "hm_delete_many",
+           "mix64"]
+
+EMPTY = -1
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def table_size_for(max_entries: int) -> int:
+    """Entries of a table that holds ``max_entries`` keys at load factor <= 1/2."""
+    size = 4
+    while size < 2 * max(int(max_entries), 1):
+        size *= 2
+    return size
+
+
+def make_hashmap_state(max_entries: int) -> np.ndarray:
+    """A new empty map for up to ``max_entries`` keys: ``(2 * size,)`` int64, all EMPTY."""
+    return np.full(2 * table_size_for(max_entries), EMPTY, dtype=np.int64)
+
+
+@jit
+def mix64(key):
+    """splitmix64 finalizer: a well-mixed uint64 from an int64 key (sampling, sketches)."""
+    z = np.uint64(key) + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+@jit
+def _home(table, key):
+    # Fibonacci hashing: bits 32.. of key * golden are well mixed even for sequential ids,
+    # and a shift by a constant keeps the hot path free of per-call size arithmetic
+    # (tables stay below 2**32 entries).
+    mask = np.uint64((table.shape[0] >> 1) - 1)
+    return np.int64(((np.uint64(key) * _GOLDEN) >> np.uint64(32)) & mask)
+
+
+@jit
+def hm_find(table, key):
+    """Value stored for ``key``, or -1 when absent."""
+    mask = (table.shape[0] >> 1) - 1
+    i = _home(table, key)
+    while True:
+        k = table[2 * i]
+        if k == key:
+            return table[2 * i + 1]
+        if k == EMPTY:
+            return -1
+        i = (i + 1) & mask
+
+
+@jit
+def hm_insert(table, key, value):
+    """Set ``key -> value`` (overwrites an existing value); returns True if ``key`` was new."""
+    mask = (table.shape[0] >> 1) - 1
+    i = _home(table, key)
+    while True:
+        k = table[2 * i]
+        if k == key:
+            table[2 * i + 1] = value
+            return False
+        if k == EMPTY:
+            table[2 * i] = key
+            table[2 * i + 1] = value
+            return True
+        i = (i + 1) & mask
+
+
+@jit
+def hm_delete(table, key):
+    """Remove ``key``; returns its value, or -1 when absent."""
+    mask = (table.shape[0] >> 1) - 1
+    i = _home(table, key)
+    while True:
+        k = table[2 * i]
+        if k == EMPTY:
+            return -1
+        if k == key:
+            break
+        i = (i + 1) & mask
+    value = table[2 * i + 1]
+    # Backward-shift deletion: walk the rest of the cluster and move back every entry whose
+    # home lies cyclically at or before the hole, so no probe sequence is broken.
+    hole = i
+    j = i
+    while True:
+        j = (j + 1) & mask
+        k = table[2 * j]
+        if k == EMPTY:
+            break
+        home = _home(table, k)
+        if ((j - home) & mask) >= ((j - hole) & mask):
+            table[2 * hole] = k
+            table[2 * hole + 1] = table[2 * j + 1]
+            hole = j
+    table[2 * hole] = EMPTY
+    table[2 * hole + 1] = EMPTY
+    return value
+
+
+@jit
+def hm_clear(table):
+    """Empty the map in place."""
+    table[:] = EMPTY
+
+
+@jit
+def hm_find_many(table, keys, out):
+    """``out[i] = hm_find(table, keys[i])`` for a batch."""
+    for i in range(keys.shape[0]):
+        out[i] = hm_find(table, keys[i])
+    return out
+
+
+@jit
+def hm_insert_many(table, keys, values):
+    """Insert ``keys[i] -> values[i]`` in order; returns how many keys were new."""
+    added = 0
+    for i in range(keys.shape[0]):
+        if hm_insert(table, keys[i], values[i]):
+            added += 1
+    return added
+
+
+@jit
+def hm_delete_many(table, keys, out):
+    """``out[i] = hm_delete(table, keys[i])`` in order."""
+    for i in range(keys.shape[0]):
+        out[i] = hm_delete(table, keys[i])
+    return out
