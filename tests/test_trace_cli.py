@@ -93,3 +93,31 @@ def test_errors_are_one_line(tmp_path, capsys):
     assert "line 1 has 2 tab-separated columns" in capsys.readouterr().err
     assert main(["trace", "gen", "--profile", "zipf"]) == 2
     assert "-o FILE" in capsys.readouterr().err
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _readme_commands():
+    text = (REPO / "traces" / "README.md").read_text()
+    cmds = []
+    for block in text.split("```sh")[1:]:
+        cmd = block.split("```")[0].replace("\\\n", " ").split()
+        assert cmd[:3] == [".venv/bin/python", "-m", "sdm"]
+        cmds.append(cmd[3:])
+    return cmds
+
+
+def test_bundled_traces_are_what_the_readme_commands_make(tmp_path):
+    cmds = _readme_commands()
+    assert len(cmds) == 4
+    total = 0
+    for cmd in cmds:
+        at = cmd.index("-o")
+        bundled = REPO / cmd[at + 1]
+        total += bundled.stat().st_size
+        cmd[at + 1] = str(tmp_path / bundled.name)
+        assert main(cmd) == 0
+        assert (tmp_path / bundled.name).read_bytes() == bundled.read_bytes(), bundled.name
+        load(bundled)[0]
+    assert total <= 5 * 2**20

@@ -12,7 +12,7 @@ member                      shape, dtype                   meaning
 ``batch_lookups``           ``(N,)`` int64                 lookups ``nnz_i`` of batch ``i``
 ``metadata``                ``()`` unicode                 JSON object: generator + parameters, or source
 ``b{i:08d}_indices``        ``(nnz_i,)`` int32 or int64    all lookups of batch i, table-major (FBGEMM)
-``b{i:08d}_offsets``        ``(T * B_i + 1,)`` int64       CSR bag starts, table-major, last = nnz_i
+``b{i:08d}_offsets``        ``(T * B_i + 1,)`` int32/64    CSR bag starts, table-major, last = nnz_i
 ``b{i:08d}_dense``          ``(B_i, D)`` float32           optional dense features
 ``b{i:08d}_request_ids``    ``(B_i,)`` int64               optional request id of each sample
 ``b{i:08d}_labels``         ``(B_i,)`` float32             optional click labels
@@ -20,7 +20,9 @@ member                      shape, dtype                   meaning
 
 Bag ``b`` of table ``t`` in batch ``i`` is ``indices[offsets[t * B + b]:offsets[t * B + b + 1]]``:
 exactly FBGEMM's table-major ``(indices, offsets)`` with ``T * B + 1`` offsets, so a batch is one
-contiguous read. Indices are stored as int32 when every table has fewer than 2**31 rows.
+contiguous read. Indices are stored as int32 when every table has fewer than 2**31 rows, offsets
+when a batch has fewer than 2**31 lookups (one id per bag makes offsets as large as the ids);
+readers always hand out int64 offsets.
 
 Streaming: a zip member is read only when its batch is asked for, so a trace larger than RAM is
 replayed batch by batch with memory for one batch. The writer appends one batch at a time to a
@@ -249,7 +251,10 @@ class TraceWriter:
         self._ntab = None if self._ts is None else self._ts.shape[0]
 
     def _put(self, name: str, arr: np.ndarray) -> None:
-        with self._zip.open(name + ".npy", "w", force_zip64=True) as fh:
+        # a fixed member timestamp makes the same batches give the same bytes
+        info = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
+        info.compress_type = self._zip.compression
+        with self._zip.open(info, "w", force_zip64=True) as fh:
             np.lib.format.write_array(fh, np.asarray(arr, order="C"), allow_pickle=False)
 
     def add(self, batch) -> None:
@@ -274,7 +279,8 @@ class TraceWriter:
                                        f"index dtype chosen for this trace")
         i = len(self._sizes)
         self._put(f"b{i:08d}_indices", indices.astype(self._index_dtype, copy=False))
-        self._put(f"b{i:08d}_offsets", offsets)
+        narrow = offsets[-1] <= _INT32_LIMIT
+        self._put(f"b{i:08d}_offsets", offsets.astype(np.int32) if narrow else offsets)
         for name in _OPTIONAL:
             arr = getattr(batch, name)
             if arr is not None:
