@@ -121,3 +121,16 @@ def test_bundled_traces_are_what_the_readme_commands_make(tmp_path):
         assert (tmp_path / bundled.name).read_bytes() == bundled.read_bytes(), bundled.name
         load(bundled)[0]
     assert total <= 5 * 2**20
+
+
+def test_stats_reference_comparison(tmp_path, capsys):
+    out = tmp_path / "m.npz"
+    assert main(["trace", "gen", "--profile", "meta-2021", "--batches", "2", "--batch-size", "1024",
+                 "--table-size", "200000", "-o", str(out)]) == 0
+    capsys.readouterr()
+    ref = FIX / "dlrm_datasets" / "locality_stats_2021.txt"
+    assert main(["trace", "stats", str(out), "--json", "--reference", str(ref)]) == 0
+    r = _json(capsys)["reference"]
+    assert r["block"] == "fbgemm_t856_bs65536.pt" and len(r["per_batch_max_abs_diff"]) == 2
+    # 129K lookups per batch: no row can reach the top bins, whose shares move down a bin or two
+    assert r["max_abs_diff_rows"] < 0.01 and r["max_abs_diff_lookups"] < 0.1

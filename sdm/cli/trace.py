@@ -75,6 +75,9 @@ def register(sub) -> None:
     s.add_argument("--dist-out", metavar="FILE",
                    help="also write the reference DLRM 3-line distribution of one table")
     s.add_argument("--table", type=int, default=0, help="table for --dist-out (default 0)")
+    s.add_argument("--reference", metavar="LOCALITY_STATS",
+                   help="compare every batch's reuse histograms with the first block (the "
+                        "aggregate) of a dlrm_datasets locality_stats.txt")
     s.set_defaults(func=_stats)
 
 
@@ -189,6 +192,15 @@ def _stats(args) -> int:
         if args.dist_out:
             dist = table_stack_distribution(tr, args.table, max_lookups=args.stack_lookups)
             dist_path = write_dist_file(args.dist_out, dist)
+    ref = None
+    if args.reference:
+        from sdm.trace.stats import read_locality_stats
+
+        blocks = read_locality_stats(args.reference)
+        if not blocks:
+            raise ConfigError(f"{args.reference} holds no locality_stats block")
+        ref = {"file": args.reference, "block": blocks[0]["file"],
+               **st.compare(blocks[0]["rows"], blocks[0]["lookups_share"])}
     plots = plot_stats(st, args.plot) if args.plot else []
     if args.json:
         out = st.to_json()
@@ -196,6 +208,8 @@ def _stats(args) -> int:
             out["plots"] = plots
         if dist_path:
             out["dist_file"] = dist_path
+        if ref:
+            out["reference"] = ref
         print(json.dumps(out, indent=1))
     else:
         print(stats_text(st))
@@ -203,4 +217,8 @@ def _stats(args) -> int:
             print(f"wrote {p}")
         if dist_path:
             print(f"wrote {dist_path} (stack-distance distribution of table {args.table})")
+        if ref:
+            print(f"vs {ref['block']} of {ref['file']}: largest per-bin difference over batches: "
+                  f"rows {ref['max_abs_diff_rows']:.4f}, lookups {ref['max_abs_diff_lookups']:.4f} "
+                  f"(batch {ref['worst_batch']})")
     return 0

@@ -389,7 +389,7 @@ class Trace:
         if not isinstance(self._npz, np.lib.npyio.NpzFile):
             raise TraceFormatError(f"{self.path!r} is a single .npy array, not a trace archive",
                                    field="file", path=self.path)
-        names = set(self._npz.files)
+        names = self._names = set(self._npz.files)
         for key in ("schema_version", "table_sizes", "batch_sizes", "batch_lookups", "metadata"):
             if key not in names:
                 raise TraceFormatError(f"{self.path!r} has no {key!r} member; not an sdm trace "
@@ -477,7 +477,7 @@ class Trace:
                                    field=pre + "offsets", path=self.path)
         opt = {}
         for name in _OPTIONAL:
-            if pre + name in self._npz.files:
+            if pre + name in self._names:
                 opt[name] = self._member(pre + name)
         batch = Batch.from_fbgemm(indices, offsets.astype(np.int64, copy=False), ntab, **opt)
         if self.validate:

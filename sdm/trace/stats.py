@@ -119,6 +119,22 @@ class TraceStats:
     stack: dict
     working_set: tuple
     rank_frequency: np.ndarray = field(repr=False, default_factory=lambda: np.empty(0))
+    batch_reuse_rows: np.ndarray = field(repr=False, default_factory=lambda: np.empty((0, 17)))
+    batch_reuse_lookups: np.ndarray = field(repr=False, default_factory=lambda: np.empty((0, 17)))
+
+    def compare(self, rows, lookups) -> dict:
+        """Per-batch distance to target histograms (``rows`` and ``lookups`` shares, 17 bins
+        each): the largest absolute per-bin difference over batches, and which batch."""
+        rows, lookups = np.asarray(rows, np.float64), np.asarray(lookups, np.float64)
+        r = self.batch_reuse_rows / np.maximum(self.batch_reuse_rows.sum(1, keepdims=True), 1)
+        lk = self.batch_reuse_lookups / np.maximum(self.batch_reuse_lookups.sum(1, keepdims=True), 1)
+        dr = np.abs(r - rows).max(1) if r.size else np.zeros(0)
+        dl = np.abs(lk - lookups).max(1) if lk.size else np.zeros(0)
+        worst = np.maximum(dr, dl)
+        return {"max_abs_diff_rows": float(dr.max()) if dr.size else None,
+                "max_abs_diff_lookups": float(dl.max()) if dl.size else None,
+                "worst_batch": int(np.argmax(worst)) if worst.size else None,
+                "per_batch_max_abs_diff": [round(float(x), 5) for x in worst]}
 
     @property
     def reuse_row_shares(self) -> np.ndarray:
@@ -201,7 +217,7 @@ def trace_stats(trace, *, stack_lookups: int = 1_000_000, progress: bool = False
         bases = tr.table_bases
         rows = np.zeros(NUM_REUSE_BINS, dtype=np.int64)
         lks = np.zeros(NUM_REUSE_BINS, dtype=np.int64)
-        per_lookups, per_unique = [], []
+        per_lookups, per_unique, per_rows, per_lks = [], [], [], []
         acc = [(None, None)] * ntab
         ws_x, ws_y = [0], [0]
         stack_parts, stack_have = [], 0
@@ -223,6 +239,8 @@ def trace_stats(trace, *, stack_lookups: int = 1_000_000, progress: bool = False
             r, lk, dist = batch_reuse(keys)
             rows += r
             lks += lk
+            per_rows.append(r)
+            per_lks.append(lk)
             per_lookups.append(keys.shape[0])
             per_unique.append(dist)
             ws_x.append(ws_x[-1] + keys.shape[0])
@@ -249,7 +267,9 @@ def trace_stats(trace, *, stack_lookups: int = 1_000_000, progress: bool = False
             reuse_lookups=lks, lookups_per_batch=np.array(per_lookups, dtype=np.int64),
             unique_per_batch=np.array(per_unique, dtype=np.int64), tables=tables,
             zipf_alpha=fit_zipf_alpha(freq), stack=_stack_summary(stack_keys),
-            working_set=(np.array(ws_x), np.array(ws_y)), rank_frequency=freq)
+            working_set=(np.array(ws_x), np.array(ws_y)), rank_frequency=freq,
+            batch_reuse_rows=np.array(per_rows, dtype=np.int64).reshape(-1, NUM_REUSE_BINS),
+            batch_reuse_lookups=np.array(per_lks, dtype=np.int64).reshape(-1, NUM_REUSE_BINS))
     finally:
         if own:
             tr.close()
