@@ -273,3 +273,19 @@ def test_bad_dist_files(tmp_path, text, match):
     p.write_text(text)
     with pytest.raises(sdm.trace.TraceFormatError, match=match):
         read_dist_file(p)
+
+
+@pytest.mark.parametrize("name", ["zipf", "inference", "meta-2021"])
+def test_requests_are_exact(name):
+    kw = {"table_size": 50_000} if name == "meta-2021" else {}
+    gen = generate(name, requests=10, batch_size=4, **kw)
+    sizes = [b.batch_size for b in gen]
+    per = gen.profile.items_per_request
+    assert sizes == [4 * per, 4 * per, 2 * per]
+    if name == "inference":
+        assert gen.batch(2).request_ids.tolist() == np.repeat([8, 9], per).tolist()
+
+
+def test_stack_distance_requests(tmp_path):
+    gen = generate("stack-distance", dist_file=DIST, requests=250, batch_size=100)
+    assert [b.lookups for b in gen] == [100, 100, 50]

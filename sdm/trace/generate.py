@@ -73,7 +73,8 @@ class Profile:
 
     Per-table tuples (``table_sizes``, ``pooling``, ``alpha``) have one entry per table.
     ``batch_size`` counts samples per batch (``inference``: requests per batch, each of
-    ``items_per_request`` samples). ``batches`` is the default length.
+    ``items_per_request`` samples). ``batches`` is the default length; ``requests``, when set,
+    is the exact total (the last batch holds the remainder).
     """
 
     name: str
@@ -90,6 +91,7 @@ class Profile:
     user_tables: int = 0
     row_alpha: float = 1.0
     dist_file: str | None = None
+    requests: int | None = None
     description: str = ""
     source: str = ""
 
@@ -216,10 +218,12 @@ def get_profile(name: str = "zipf", *, tables: int | None = None, table_size=Non
         if int(requests) < 1:
             raise ConfigError(f"requests must be >= 1, got {requests}")
         kw["batches"] = -(-int(requests) // bs)
+        kw["requests"] = int(requests)
     if batches is not None:
         if int(batches) < 1:
             raise ConfigError(f"batches must be >= 1, got {batches}")
         kw["batches"] = int(batches)
+        kw["requests"] = None
     if drift is not None:
         kw["drift_rows_per_batch"] = float(drift)
     if items_per_request is not None:
@@ -500,6 +504,13 @@ class GeneratedTrace:
             ranks = (ranks + shift) % n
         return (ranks * a + c) % n
 
+    def _size(self, i: int) -> int:
+        """Samples (inference: requests) of batch ``i``: full batches, then the remainder."""
+        p = self.profile
+        if p.requests is None:
+            return p.batch_size
+        return max(0, min(p.batch_size, p.requests - i * p.batch_size))
+
     def _table(self, rng, t: int, bsz: int, i: int):
         p = self.profile
         lengths = _bag_lengths(rng, bsz, p.pooling[t], p.fixed_pooling)
@@ -525,10 +536,10 @@ class GeneratedTrace:
             return self._inference_batch(rng, i)
         ind, off = [], []
         for t in range(p.num_tables):
-            ids, o = self._table(rng, t, p.batch_size, i)
+            ids, o = self._table(rng, t, self._size(i), i)
             ind.append(ids)
             off.append(o)
-        return Batch(ind, off, dense=self._dense(rng, p.batch_size))
+        return Batch(ind, off, dense=self._dense(rng, self._size(i)))
 
     def _dense(self, rng, bsz):
         if not self.profile.dense:
@@ -539,7 +550,7 @@ class GeneratedTrace:
 
     def _inference_batch(self, rng, i):
         p = self.profile
-        reqs, items = p.batch_size, p.items_per_request
+        reqs, items = self._size(i), p.items_per_request
         bsz = reqs * items
         ind, off = [], []
         for t in range(p.num_tables):
@@ -555,7 +566,8 @@ class GeneratedTrace:
                 ids, o = self._table(rng, t, bsz, i)
                 ind.append(ids)
                 off.append(o)
-        req = np.repeat(np.arange(i * reqs, (i + 1) * reqs, dtype=np.int64), items)
+        first = i * p.batch_size
+        req = np.repeat(np.arange(first, first + reqs, dtype=np.int64), items)
         return Batch(ind, off, dense=self._dense(rng, bsz), request_ids=req)
 
     def _sd_batch(self, i):
@@ -564,14 +576,15 @@ class GeneratedTrace:
         if self._sd_keys is None:
             # the LRU stack spans batches, so the whole stream is drawn once and sliced
             rng = np.random.default_rng([self.seed, 0x5D])
-            self._sd_keys = generate_stack_distance_keys(self._dist, len(self) * p.batch_size * per, rng)
-        chunk = p.batch_size * per
-        ids = self._sd_keys[i * chunk:(i + 1) * chunk]
-        return Batch([ids], [np.arange(0, chunk + 1, per, dtype=np.int64)])
+            total = sum(self._size(j) for j in range(len(self))) * per
+            self._sd_keys = generate_stack_distance_keys(self._dist, total, rng)
+        start = i * p.batch_size * per
+        ids = self._sd_keys[start:start + self._size(i) * per]
+        return Batch([ids], [np.arange(0, ids.shape[0] + 1, per, dtype=np.int64)])
 
     def _meta_batch(self, rng, i):
         p = self.profile
-        bsz, ntab = p.batch_size, p.num_tables
+        bsz, ntab = self._size(i), p.num_tables
         pool = np.array(p.pooling, dtype=np.float64)
         total = int(round(bsz * pool.sum()))
         counts = reuse_counts(total, rng)
