@@ -4,13 +4,32 @@ A hierarchy is a tuple of tiers ordered fast to slow. Wherever a ``config`` is a
 may be a preset name (:data:`HIERARCHY_PRESETS`), a path to a ``.toml`` file, or a
 :class:`HierarchyConfig`.
 
-TOML layout::
+TOML layout (tiers fast to slow; unknown keys are errors)::
 
-    name = "my-hierarchy"      # optional, defaults to the file's stem
-    io_mode = "modeled"        # optional: modeled | paced | direct
+    name = "my-hierarchy"          # optional, defaults to the file's stem
+    io_mode = "modeled"            # optional: modeled (default) | paced | direct
 
     [[tiers]]
-    kind = "dram"              # one of TIER_KINDS
+    kind = "cache"                 # dram | cache | mmap | lmdb  (TIER_KINDS)
+    device = "dram"                # a preset of sdm.DEVICES (default per kind)
+    capacity_bytes = 67108864      # or capacity_rows = 1000000; a cache needs one
+    policy = "lru"                 # caches only
+
+    [[tiers]]
+    kind = "mmap"
+    queue_depth = 4                # reads in flight per batch (default 1)
+
+    [tiers.device]                 # a device of your own: every DeviceSpec field
+    name = "my-nand"
+    media = "TLC Nand"
+    access_bytes = 4096
+    read_latency_us = 90.0
+    max_read_iops = 400000
+    read_bandwidth_gbps = 3.0
+    active_watts = 10.0
+    idle_watts = 4.0
+    capacity_gb = 4000
+    usd_per_gb = 0.2
 """
 
 from __future__ import annotations
@@ -20,51 +39,141 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 
+from sdm.devices import DeviceSpec, get_device
 from sdm.errors import ConfigError
 
 __all__ = [
     "TierConfig", "HierarchyConfig", "HIERARCHY_PRESETS", "TIER_KINDS", "IO_MODES",
-    "resolve_config", "load_toml",
+    "resolve_config", "load_toml", "with_io_mode", "DEFAULT_DEVICES", "CACHE_POLICIES",
 ]
 
-TIER_KINDS = ("dram", "lmdb")
+TIER_KINDS = ("dram", "cache", "mmap", "lmdb")
 IO_MODES = ("modeled", "paced", "direct")
+CACHE_POLICIES = ("lru",)
+MAX_QUEUE_DEPTH = 1024
+# The device each kind is metered by when a tier names none.
+DEFAULT_DEVICES = {"dram": "dram", "cache": "dram", "mmap": "optane-p4800x-4k", "lmdb": "nand-p4500"}
 
 
 @dataclass(frozen=True)
 class TierConfig:
     """One tier of a hierarchy.
 
-    ``kind``: ``dram`` holds every row of every table in RAM (loaded from the durable LMDB
-    copy on first use); ``lmdb`` reads rows from the store's LMDB environment on demand.
+    ``kind``:
+
+    * ``dram`` — every row of every table in RAM (loaded from the durable LMDB copy on
+      first use);
+    * ``cache`` — a fixed number of rows of any tables (needs ``capacity_rows`` or
+      ``capacity_bytes``), misses read from the next tier and admitted; ``policy`` ``lru``;
+    * ``mmap`` — the SCM row file of each table (derived from LMDB, rebuilt when stale),
+      read through mmap, or with O_DIRECT in ``direct`` mode;
+    * ``lmdb`` — the store's LMDB environment, read a block at a time.
+
+    ``device``: a preset name of ``sdm.DEVICES`` or a :class:`~sdm.devices.DeviceSpec`
+    (default per kind: :data:`DEFAULT_DEVICES`). ``capacity_rows`` / ``capacity_bytes``
+    (at most one): the rows a cache holds; for other kinds an upper bound on the bytes of
+    rows they serve, checked when the store opens. ``queue_depth``: reads in flight per
+    batch in the device model, ``[1, 1024]``.
     """
 
     kind: str
+    device: object = None
+    capacity_rows: int | None = None
+    capacity_bytes: int | None = None
+    policy: str | None = None
+    queue_depth: int = 1
 
     def __post_init__(self):
         if self.kind not in TIER_KINDS:
             raise ConfigError(f"tier kind {self.kind!r} is not one of {TIER_KINDS}")
+        where = f"{self.kind} tier"
+        device = DEFAULT_DEVICES[self.kind] if self.device is None else self.device
+        if isinstance(device, dict):  # an inline TOML table describing a custom device
+            device = _build(DeviceSpec, device, f"{where}: device")
+        try:
+            device = get_device(device)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        object.__setattr__(self, "device", device)
+        for name in ("capacity_rows", "capacity_bytes"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(f"{where}: {name} must be an integer >= 1, got {value!r}")
+        if self.capacity_rows is not None and self.capacity_bytes is not None:
+            raise ConfigError(f"{where}: give capacity_rows or capacity_bytes, not both "
+                              f"(got {self.capacity_rows!r} and {self.capacity_bytes!r})")
+        if self.kind == "cache":
+            if self.capacity_rows is None and self.capacity_bytes is None:
+                raise ConfigError(f"{where}: a cache needs capacity_rows or capacity_bytes (>= 1), got neither")
+            policy = "lru" if self.policy is None else self.policy
+            if policy not in CACHE_POLICIES:
+                raise ConfigError(f"{where}: policy {policy!r} is not one of {CACHE_POLICIES}")
+            object.__setattr__(self, "policy", policy)
+        elif self.policy is not None:
+            raise ConfigError(f"{where}: policy {self.policy!r} applies only to kind 'cache'")
+        q = self.queue_depth
+        if isinstance(q, bool) or not isinstance(q, int) or not 1 <= q <= MAX_QUEUE_DEPTH:
+            raise ConfigError(f"{where}: queue_depth must be an integer in [1, {MAX_QUEUE_DEPTH}], got {q!r}")
+
+    @property
+    def holds_all_rows(self) -> bool:
+        return self.kind != "cache"
 
 
 @dataclass(frozen=True)
 class HierarchyConfig:
-    """Tiers ordered fast to slow, and how device time is charged (``io_mode``)."""
+    """Tiers ordered fast to slow, and how device time is charged (``io_mode``).
+
+    Every ``cache`` tier must be followed by a tier holding all rows; the first tier holding
+    all rows must be the last (nothing below it would ever be read).
+    """
 
     name: str
     tiers: tuple[TierConfig, ...] = field(default_factory=tuple)
     io_mode: str = "modeled"
 
     def __post_init__(self):
+        object.__setattr__(self, "tiers", tuple(self.tiers))
         if not self.tiers:
             raise ConfigError(f"hierarchy {self.name!r} needs at least one tier, got none")
+        for i, tier in enumerate(self.tiers):
+            if not isinstance(tier, TierConfig):
+                raise ConfigError(f"hierarchy {self.name!r}: tiers[{i}] must be a TierConfig, "
+                                  f"got {type(tier).__name__}")
         if self.io_mode not in IO_MODES:
             raise ConfigError(f"io_mode {self.io_mode!r} is not one of {IO_MODES}")
-        object.__setattr__(self, "tiers", tuple(self.tiers))
+        full = [i for i, t in enumerate(self.tiers) if t.holds_all_rows]
+        if not full:
+            raise ConfigError(f"hierarchy {self.name!r}: the last tier must hold all rows "
+                              f"(kind dram, mmap or lmdb), got only caches")
+        if full[0] != len(self.tiers) - 1:
+            raise ConfigError(f"hierarchy {self.name!r}: tiers[{full[0]}] ({self.tiers[full[0]].kind}) "
+                              f"holds all rows, so tiers below it would never be read; it must be last")
 
 
+def with_io_mode(config, io_mode: str) -> HierarchyConfig:
+    """``config`` (anything :func:`resolve_config` takes) with another ``io_mode``."""
+    return dataclasses.replace(resolve_config(config), io_mode=io_mode)
+
+
+_MiB = 1 << 20
 HIERARCHY_PRESETS: dict[str, HierarchyConfig] = {
     "dram": HierarchyConfig("dram", (TierConfig("dram"),)),
-    "ssd": HierarchyConfig("ssd", (TierConfig("lmdb"),)),
+    "ssd": HierarchyConfig("ssd", (TierConfig("lmdb", "nand-p4500"),)),
+    # A DRAM row cache over Nand flash SCM (the SDM paper's first configuration).
+    "sdm-nand": HierarchyConfig("sdm-nand", (
+        TierConfig("cache", "dram", capacity_bytes=64 * _MiB),
+        TierConfig("mmap", "nand-p4500"))),
+    # A DRAM row cache over Optane SSD read in 512 B sectors (smaller access granularity).
+    "sdm-3dxp": HierarchyConfig("sdm-3dxp", (
+        TierConfig("cache", "dram", capacity_bytes=64 * _MiB),
+        TierConfig("mmap", "optane-p4800x-512"))),
+    # DRAM cache over a larger 3DXP cache over the Nand SSD holding the durable copy. The
+    # 3DXP tier's rows live in RAM here; its device model charges their time.
+    "three-tier": HierarchyConfig("three-tier", (
+        TierConfig("cache", "dram", capacity_bytes=16 * _MiB),
+        TierConfig("cache", "optane-p4800x-512", capacity_bytes=256 * _MiB),
+        TierConfig("lmdb", "nand-p4500"))),
 }
 
 
@@ -76,7 +185,7 @@ def _build(cls, data: dict, where: str):
         raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(names)}")
     try:
         return cls(**data)
-    except TypeError as exc:
+    except (TypeError, ConfigError) as exc:
         raise ConfigError(f"{where}: {exc}") from None
 
 

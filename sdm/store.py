@@ -212,7 +212,7 @@ class Store:
         self._count(len(ids), 0)
         table = self._hierarchy.resident(layout)
         if table is not None:
-            self._hierarchy.count_resident_hits(len(ids))
+            self._hierarchy.count_resident_hits(len(ids), layout)
             raw = table[ids]
         else:
             unique, inverse = np.unique(ids, return_inverse=True)
@@ -271,7 +271,7 @@ class Store:
         out = np.empty((len(offsets) - 1, spec.dim), dtype=np.float32)
         table = self._hierarchy.resident(layout)
         if table is not None:
-            self._hierarchy.count_resident_hits(len(indices))
+            self._hierarchy.count_resident_hits(len(indices), layout)
         else:
             unique, inverse = np.unique(indices, return_inverse=True)
             table = np.empty((len(unique), spec.row_bytes), dtype=np.uint8)

@@ -26,6 +26,10 @@ class Tier(ABC):
     #: that holds only some rows (a cache) reports misses instead.
     holds_all_rows: bool = True
 
+    #: True when the tier can read its medium with O_DIRECT (:meth:`read_rows_direct`),
+    #: bypassing the page cache so a real device is measured.
+    supports_direct_io: bool = False
+
     @abstractmethod
     def read_rows(self, layout: TableLayout, ids: np.ndarray, out: np.ndarray) -> None:
         """Copy rows ``ids`` of ``layout``'s table into ``out``.
@@ -36,9 +40,22 @@ class Tier(ABC):
                 the caller; tiers trust it).
             out: ``(n, row_bytes)`` uint8, C-contiguous; row ``k`` receives row ``ids[k]``.
 
+        Returns:
+            None when every row came from this tier's own medium; a tier holding only some
+            rows (a cache) returns a ``(n,) bool`` mask of the rows it served itself, the
+            rest having come from the tier below it. A device model charges only those.
+
         Raises:
             CorruptStoreError: the backing medium fails its checksum.
         """
+
+    def read_rows_direct(self, layout: TableLayout, ids: np.ndarray, out: np.ndarray, *,
+                         queue_depth: int = 1) -> None:
+        """:meth:`read_rows` with real O_DIRECT block reads, ``queue_depth`` in flight.
+
+        Only tiers with ``supports_direct_io`` implement it.
+        """
+        raise NotImplementedError(f"tier {self.name!r} has no direct IO path")
 
     @abstractmethod
     def row_offsets(self, layout: TableLayout, ids: np.ndarray) -> np.ndarray:
@@ -53,6 +70,9 @@ class Tier(ABC):
         """The whole table as ``(num_rows, row_bytes) uint8`` when this tier keeps it in
         memory (so kernels may pool from it directly), else None."""
         return None
+
+    def count_hits(self, n: int) -> None:
+        """Record ``n`` rows pooled straight from :meth:`resident` (no copy through read_rows)."""
 
     def invalidate(self, layout: TableLayout) -> None:
         """Forget anything held for ``layout``'s table; its rows have changed."""

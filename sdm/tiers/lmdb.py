@@ -25,7 +25,7 @@ import lmdb
 import numpy as np
 
 from sdm.errors import CorruptStoreError, StoreError
-from sdm.manifest import CHECKSUM_BYTES, LMDB_PAGE_BYTES, TableLayout
+from sdm.manifest import CHECKSUM_BYTES, LMDB_PAGE_BYTES, LMDB_VALUE_BYTES, TableLayout
 from sdm.tiers.base import Tier
 
 __all__ = ["RowDB", "LmdbTier", "LMDB_DIRNAME"]
@@ -76,6 +76,12 @@ def _release_env(path: str) -> None:
 
 def block_key(generation: int, table_id: int, block: int) -> bytes:
     return _KEY.pack(generation, table_id, block)
+
+
+def block_pages(layout: TableLayout) -> int:
+    """LMDB overflow pages one block of ``layout`` occupies (1 unless one row is wider)."""
+    value = layout.rows_per_block * layout.spec.row_bytes + CHECKSUM_BYTES
+    return -(-(value + LMDB_PAGE_BYTES - LMDB_VALUE_BYTES) // LMDB_PAGE_BYTES)
 
 
 class RowDB:
@@ -160,6 +166,19 @@ class RowDB:
             raise CorruptStoreError(f"row database {self.data_path}: {exc}", path=self.data_path,
                                     table=layout.name) from None
         return out
+
+    def iter_blocks(self, layout: TableLayout):
+        """Yield every block's rows of a written table in order, as ``(k, row_bytes) uint8``
+        views valid until the next item (checksums verified); memory stays one block."""
+        width = layout.spec.row_bytes
+        try:
+            with self.env.begin(buffers=True) as txn:
+                for block in range(layout.num_blocks):
+                    payload = self._payload(txn, layout, block)
+                    yield np.frombuffer(payload, dtype=np.uint8).reshape(-1, width)
+        except lmdb.Error as exc:
+            raise CorruptStoreError(f"row database {self.data_path}: {exc}", path=self.data_path,
+                                    table=layout.name) from None
 
     # -- writes ----------------------------------------------------------------------
 
@@ -265,10 +284,13 @@ class LmdbTier(Tier):
         return self.db.load_table(layout)
 
     def row_offsets(self, layout, ids):
-        # One value per 4 KiB overflow page; rows start after the block's checksum.
+        # One value per run of overflow pages (one 4 KiB page unless a single row is wider);
+        # rows start after the page header and the block's checksum.
         rpb = layout.rows_per_block
+        stride = block_pages(layout) * LMDB_PAGE_BYTES
         ids = np.asarray(ids, dtype=np.int64)
-        return (ids // rpb) * LMDB_PAGE_BYTES + CHECKSUM_BYTES + (ids % rpb) * layout.spec.row_bytes
+        return ((ids // rpb) * stride + (LMDB_PAGE_BYTES - LMDB_VALUE_BYTES) + CHECKSUM_BYTES
+                + (ids % rpb) * layout.spec.row_bytes)
 
     def stats(self):
         return {"hits": self._rows, "misses": 0, "reads": self._blocks,

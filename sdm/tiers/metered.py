@@ -1,0 +1,143 @@
+"""``Metered``: a device model wrapped around any tier.
+
+The wrapper finds the blocks a batch touches from the inner tier's ``row_offsets``, charges
+their modeled service time to the injected clock, counts bytes read against useful bytes,
+and — by IO mode (DESIGN.md §3) — either stops there (``modeled``), really waits until the
+modeled completion (``paced``), or has the inner tier read its file with O_DIRECT
+(``direct``) and records the wall time the real device took.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from sdm.clock import SimClock, wait_until_ns
+from sdm.devices import DeviceSpec, count_blocks, get_device
+from sdm.errors import ConfigError
+from sdm.manifest import TableLayout
+from sdm.tiers.base import Tier
+
+__all__ = ["Metered", "IO_MODES", "MAX_QUEUE_DEPTH"]
+
+IO_MODES = ("modeled", "paced", "direct")
+MAX_QUEUE_DEPTH = 1024
+
+
+class Metered(Tier):
+    """``inner`` as seen through ``device``: every read charged to ``clock``.
+
+    Args:
+        inner: the tier serving the rows.
+        device: a :class:`~sdm.devices.DeviceSpec` or a preset name of ``sdm.DEVICES``.
+        clock: the :class:`~sdm.clock.SimClock` to charge (a fresh one by default); share
+            one across the tiers of a hierarchy so energy counts idle time correctly.
+        io_mode: ``modeled`` (clock only), ``paced`` (also wait in wall-clock time until the
+            modeled completion) or ``direct`` (the inner tier reads with O_DIRECT when it
+            can; the modeled time is still charged, the real time is reported as ``wall_ns``).
+        queue_depth: reads in flight per batch, in ``[1, 1024]``.
+    """
+
+    def __init__(self, inner: Tier, device, clock: SimClock | None = None, *,
+                 io_mode: str = "modeled", queue_depth: int = 1, name: str | None = None):
+        if not isinstance(inner, Tier):
+            raise ConfigError(f"Metered wraps a Tier, got {type(inner).__name__}")
+        if io_mode not in IO_MODES:
+            raise ConfigError(f"io_mode {io_mode!r} is not one of {IO_MODES}")
+        if (isinstance(queue_depth, bool) or not isinstance(queue_depth, int)
+                or not 1 <= queue_depth <= MAX_QUEUE_DEPTH):
+            raise ConfigError(f"queue_depth must be an integer in [1, {MAX_QUEUE_DEPTH}], got {queue_depth!r}")
+        self.inner = inner
+        self.device: DeviceSpec = get_device(device)
+        self.clock = clock if clock is not None else SimClock()
+        self.io_mode = io_mode
+        self.queue_depth = queue_depth
+        self.name = name or inner.name
+        self.holds_all_rows = inner.holds_all_rows
+        self.supports_direct_io = inner.supports_direct_io
+        self._start_ns = self.clock.now_ns()
+        self._lock = threading.Lock()
+        self._reads = 0
+        self._useful = 0
+        self._busy_ns = 0
+        self._wall_ns = 0
+
+    # -- reads -----------------------------------------------------------------------
+
+    def read_rows(self, layout, ids, out):
+        start = time.perf_counter_ns()
+        if self.io_mode == "direct" and self.inner.supports_direct_io:
+            served = self.inner.read_rows_direct(layout, ids, out, queue_depth=self.queue_depth)
+        else:
+            served = self.inner.read_rows(layout, ids, out)
+        own = ids if served is None else ids[served]
+        if len(own):
+            offsets = self.inner.row_offsets(layout, own)
+            blocks = count_blocks(offsets, layout.spec.row_bytes, self.device.access_bytes)
+            modeled = self._charge(blocks, len(own) * layout.spec.row_bytes)
+            if self.io_mode == "paced":
+                wait_until_ns(start + modeled)
+        with self._lock:
+            self._wall_ns += time.perf_counter_ns() - start
+        return served
+
+    def read_rows_direct(self, layout, ids, out, *, queue_depth=1):
+        return self.inner.read_rows_direct(layout, ids, out, queue_depth=queue_depth)
+
+    def count_hits(self, n: int, layout: TableLayout | None = None) -> None:
+        """Rows pooled straight from the inner tier's resident table.
+
+        Their offsets are not seen, so each row is charged as if block aligned
+        (``ceil(row_bytes / access_bytes)`` blocks): a lower bound of the true count.
+        """
+        self.inner.count_hits(n)
+        if layout is not None and n:
+            per_row = -(-layout.spec.row_bytes // self.device.access_bytes)
+            self._charge(n * per_row, n * layout.spec.row_bytes)
+
+    def _charge(self, blocks: int, useful_bytes: int) -> int:
+        modeled = self.device.service_ns(blocks, self.queue_depth)
+        with self._lock:
+            self._reads += blocks
+            self._useful += useful_bytes
+            self._busy_ns += modeled
+        self.clock.advance_ns(modeled)
+        return modeled
+
+    # -- the rest of the contract forwards to the inner tier --------------------------
+
+    def row_offsets(self, layout, ids):
+        return self.inner.row_offsets(layout, ids)
+
+    def resident(self, layout):
+        return self.inner.resident(layout)
+
+    def load_table(self, layout):
+        return self.inner.load_table(layout)
+
+    def invalidate(self, layout):
+        self.inner.invalidate(layout)
+
+    def close(self):
+        self.inner.close()
+
+    def stats(self) -> dict:
+        """The inner tier's counters plus the device's: ``reads`` (blocks), ``bytes_read``,
+        ``useful_bytes``, ``read_amplification``, ``modeled_ns`` (busy time), ``energy_j``
+        (active over busy time, idle over the rest of the clock's elapsed time), ``wall_ns``
+        (real time spent in reads, including paced waits), ``device``, ``io_mode``,
+        ``queue_depth``."""
+        with self._lock:
+            reads, useful, busy, wall = self._reads, self._useful, self._busy_ns, self._wall_ns
+        bytes_read = reads * self.device.access_bytes
+        elapsed = self.clock.now_ns() - self._start_ns
+        return {**self.inner.stats(), "reads": reads, "bytes_read": bytes_read, "useful_bytes": useful,
+                "read_amplification": bytes_read / useful if useful else 0.0,
+                "modeled_ns": busy, "energy_j": self.device.energy_j(busy, elapsed),
+                "wall_ns": wall, "device": self.device.name, "io_mode": self.io_mode,
+                "queue_depth": self.queue_depth}
+
+    def __repr__(self):
+        return f"Metered({self.inner!r}, device={self.device.name!r}, io_mode={self.io_mode!r})"
