@@ -17,8 +17,9 @@ def test_demo_presets_agree_and_count_reads(tmp_path):
     dram, ssd = runs
     assert dram.lookups == ssd.lookups > 0
     assert abs(dram.checksum - ssd.checksum) < 1e-3 * max(1.0, abs(dram.checksum))
-    assert dram.tiers[0]["name"] == "dram" and dram.tiers[0]["reads"] == 0
-    assert ssd.tiers[0]["name"] == "lmdb" and ssd.tiers[0]["reads"] > 0
+    assert [t["name"] for t in dram.tiers] == ["dram"]
+    assert [t["name"] for t in ssd.tiers] == ["lmdb"] and ssd.tiers[0]["reads"] > 0
+    assert ssd.tiers[0]["bytes_read"] >= ssd.tiers[0]["reads"] * 4096
 
 
 def test_cli_run_prints_a_table(capsys):
