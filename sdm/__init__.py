@@ -5,6 +5,7 @@ pooled gather and cache policies. See README.md for the two set-up commands and 
 """
 
 from sdm import errors
+from sdm.devices import DEVICES, DeviceSpec
 from sdm.formats import ROW_FORMATS, dequantize_rows, quantize_rows, row_bytes
 from sdm.pooling import embedding_bag
 from sdm.policies import POLICIES, SimResult, miss_ratio_curve, simulate
@@ -17,6 +18,8 @@ __version__ = "0.1.0"
 __all__ = [
     "__version__",
     "errors",
+    "DEVICES",
+    "DeviceSpec",
     "ROW_FORMATS",
     "quantize_rows",
     "dequantize_rows",
