@@ -12,6 +12,8 @@ caches and flatters everyone):
 
 * ``sdm``: ``model.forward`` with the lookups in a worker thread beside the bottom MLP;
 * ``sdm-serial``: the same, lookups then bottom MLP in one thread (``overlap=False``);
+* ``sdm-split`` (2+ threads): overlapped, the lookups on half the Numba threads
+  (``lookup_threads``) so they do not fight BLAS for every core;
 * ``torch``: nn.Linear / F.embedding_bag(mode="sum") / bmm, under ``torch.inference_mode``.
 
 Threads: numba.set_num_threads, torch.set_num_threads, and numpy's OpenBLAS through its
@@ -159,7 +161,7 @@ def make_batch(rng, args):
 def run_threads(nthreads: int, args, model: DLRM, peer, blas) -> dict:
     set_threads(nthreads, blas)
     rng = np.random.default_rng(1000 + nthreads)
-    profs = {"sdm": Profiler(), "sdm-serial": Profiler()}
+    profs = {"sdm": Profiler(), "sdm-serial": Profiler(), "sdm-split": Profiler()}
     torch_times: list = []
 
     def call(name, batch):
@@ -169,11 +171,13 @@ def run_threads(nthreads: int, args, model: DLRM, peer, blas) -> dict:
             t0 = time.perf_counter()
             peer.forward(*tb, times=torch_times)
         else:
+            model.lookup_threads = max(1, nthreads // 2) if name == "sdm-split" else None
             t0 = time.perf_counter()
-            model.forward(dense, sparse, profile=profs[name], overlap=(name == "sdm"))
+            model.forward(dense, sparse, profile=profs[name], overlap=(name != "sdm-serial"))
         return time.perf_counter() - t0
 
-    names = ["sdm", "sdm-serial"] + (["torch"] if peer is not None else [])
+    names = ["sdm", "sdm-serial"] + (["sdm-split"] if nthreads > 1 else []) + \
+        (["torch"] if peer is not None else [])
     for _ in range(args.warmup):
         for name in names:
             call(name, make_batch(rng, args))

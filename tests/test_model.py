@@ -392,4 +392,9 @@ def test_lookup_worker_uses_callers_numba_threads():
     finally:
         numba.set_num_threads(before)
     assert seen == [1]
+    m.lookup_threads = 1
+    m.forward(dense, sparse, overlap=True)  # the caller has the default count, lookups one
+    assert seen == [1, 1]
     m.close()
+    with pytest.raises(ConfigError, match=r"lookup_threads must be in \[1, \d+\], got 0"):
+        DLRM(m.bottom, m.sparse, m.top, lookup_threads=0)

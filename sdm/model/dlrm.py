@@ -41,6 +41,9 @@ class DLRM:
         interaction: ``"dot"`` or ``"cat"``.
         self_interaction: with ``dot``, keep each feature's dot product with itself.
         overlap: run lookups beside the bottom MLP by default (``forward`` may override).
+        lookup_threads: Numba threads for lookups that overlap the bottom MLP; None uses
+            the caller's ``numba.get_num_threads()``. Fewer leaves cores to BLAS, which
+            runs at the same time.
 
     Raises:
         ConfigError: widths that do not fit, naming them: the bottom MLP's output must equal
@@ -49,7 +52,8 @@ class DLRM:
     """
 
     def __init__(self, bottom: MLP, sparse: SparseArch, top: MLP, *, interaction: str = "dot",
-                 self_interaction: bool = False, overlap: bool = True):
+                 self_interaction: bool = False, overlap: bool = True,
+                 lookup_threads: int | None = None):
         if interaction not in INTERACTIONS:
             raise ConfigError(f"interaction {interaction!r} is not one of {INTERACTIONS}")
         if interaction == "dot" and bottom.out_width != sparse.dim:
@@ -71,6 +75,12 @@ class DLRM:
         self.interaction = interaction
         self.self_interaction = bool(self_interaction)
         self.overlap = bool(overlap)
+        if lookup_threads is not None and (
+                not isinstance(lookup_threads, int) or isinstance(lookup_threads, bool)
+                or not 1 <= lookup_threads <= numba.config.NUMBA_NUM_THREADS):
+            raise ConfigError(f"lookup_threads must be in [1, {numba.config.NUMBA_NUM_THREADS}], "
+                              f"got {lookup_threads}")
+        self.lookup_threads = None if lookup_threads is None else int(lookup_threads)
         self._pool_lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._executor_pid = None
@@ -250,7 +260,8 @@ class DLRM:
         times = StageTimes(batches=1, samples=batch, overlapped=overlap)
 
         if overlap:
-            future = self._worker().submit(self._lookups, checked, embeddings, pooled, nthreads)
+            future = self._worker().submit(self._lookups, checked, embeddings, pooled,
+                                           self.lookup_threads or nthreads)
             try:
                 t0 = time.perf_counter()
                 h = self.bottom(x)
