@@ -122,6 +122,20 @@ def test_large_batch_all_threads(fmt, threads):
     assert_close(got, ref, mag)
 
 
+@pytest.mark.parametrize("fmt", sdm.ROW_FORMATS)
+@pytest.mark.parametrize("weighted", [False, True])
+def test_wide_rows_span_column_tiles(fmt, weighted):
+    """dim above the kernels' 512-column accumulator tile: summed tile by tile."""
+    rng = np.random.default_rng(9)
+    table, rows = make_table(rng, 50, 1100, fmt)
+    offsets = np.array([0, 0, 7, 20, 21], dtype=np.int64)
+    ids = rng.integers(0, 50, 21)
+    w = rng.uniform(-1, 1, 21).astype(np.float32) if weighted else None
+    got = sdm.embedding_bag(table, ids, offsets, fmt=fmt, mode="mean", per_sample_weights=w)
+    ref, mag = reference_bag(rows, ids, offsets, w, "mean")
+    assert_close(got, ref, mag)
+
+
 def test_no_bags_and_no_lookups():
     table = np.ones((3, 4), dtype=np.float32)
     assert sdm.embedding_bag(table, np.empty(0, np.int64), np.array([0])).shape == (0, 4)
