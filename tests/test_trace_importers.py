@@ -173,7 +173,9 @@ def test_criteo_remap_and_hash(tmp_path):
     (_line(cats=["-1f"] + ["00000001"] * 25), "line 2, column 15"),
     (_line(cats=["1" * 17] + ["00000001"] * 25), "at most 64 bits"),
     (_line(dense=["x"] + ["1"] * 12), "line 2, column 2: b'x' is not an integer"),
-    (_line(label="yes"), "line 2, column 1: label"),
+    (_line(label="yes"), "line 2, column 1: b'yes' is not an integer label"),
+    (_line(cats=[" 1f"] + ["00000001"] * 25), "line 2, column 15"),
+    (_line(cats=["0x1f"] + ["00000001"] * 25), "line 2, column 15"),
 ])
 def test_criteo_malformed(tmp_path, bad, match):
     src = tmp_path / "t.txt"
