@@ -22,7 +22,7 @@ Bag ``b`` of table ``t`` in batch ``i`` is ``indices[offsets[t * B + b]:offsets[
 exactly FBGEMM's table-major ``(indices, offsets)`` with ``T * B + 1`` offsets, so a batch is one
 contiguous read. Indices are stored as int32 when every table has fewer than 2**31 rows, offsets
 when a batch has fewer than 2**31 lookups (one id per bag makes offsets as large as the ids);
-readers always hand out int64 offsets.
+readers always hand out int64 indices and offsets.
 
 Streaming: a zip member is read only when its batch is asked for, so a trace larger than RAM is
 replayed batch by batch with memory for one batch. The writer appends one batch at a time to a
@@ -34,8 +34,8 @@ from __future__ import annotations
 import json
 import os
 import zipfile
-from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -82,7 +82,8 @@ class Batch:
     """One batch of ``B`` samples over ``T`` tables.
 
     Attributes:
-        indices: ``T`` arrays, ``indices[t]`` the ``(nnz_t,)`` int32/int64 row ids of table ``t``.
+        indices: ``T`` arrays, ``indices[t]`` the ``(nnz_t,)`` row ids of table ``t`` (int64 when
+            read from a trace file).
         offsets: ``T`` arrays, ``offsets[t]`` the ``(B + 1,)`` int64 CSR bag boundaries of table
             ``t`` (``offsets[t][0] == 0``, ``offsets[t][-1] == nnz_t``).
         dense: optional ``(B, D)`` float32 dense features.
@@ -479,7 +480,10 @@ class Trace:
         for name in _OPTIONAL:
             if pre + name in self._names:
                 opt[name] = self._member(pre + name)
-        batch = Batch.from_fbgemm(indices, offsets.astype(np.int64, copy=False), ntab, **opt)
+        # int64 in memory whatever the disk width: callers add table bases to ids, and int32
+        # sums would overflow
+        batch = Batch.from_fbgemm(indices.astype(np.int64, copy=False),
+                                  offsets.astype(np.int64, copy=False), ntab, **opt)
         if self.validate:
             _check_batch(batch, self.table_sizes, f"batch {i}")
         return batch
