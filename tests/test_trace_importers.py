@@ -4,6 +4,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sdm.errors import ConfigError
 from sdm.trace import TraceFormatError, TraceNotFoundError, load
@@ -202,3 +204,35 @@ def test_criteo_bad_sizes_and_empty(tmp_path):
     (tmp_path / "e.txt").write_text("")
     with pytest.raises(TraceFormatError, match="no Criteo lines"):
         import_criteo(tmp_path / "e.txt", tmp_path / "e.npz")
+
+
+_dense_field = st.one_of(st.just(""), st.integers(-5, 10**6).map(str))
+_hash_field = st.one_of(st.just(""), st.integers(0, 2**64 - 1).map(lambda h: f"{h:x}"),
+                        st.integers(0, 2**32 - 1).map(lambda h: f"{h:08X}"))
+_row = st.tuples(st.sampled_from(["0", "1"]), st.lists(_dense_field, min_size=13, max_size=13),
+                 st.lists(_hash_field, min_size=26, max_size=26))
+
+
+@settings(max_examples=25)
+@given(st.lists(_row, min_size=1, max_size=12), st.integers(1, 5))
+def test_criteo_import_matches_a_naive_parser(tmp_path_factory, rows, batch_size):
+    d = tmp_path_factory.mktemp("c")
+    (d / "t.txt").write_text("".join("\t".join([lab] + den + cat) + "\n" for lab, den, cat in rows))
+    sizes = [1 + (j * 7919) % 1000 for j in range(26)]
+    tr = load(import_criteo(d / "t.txt", d / "t.npz", table_sizes=sizes, batch_size=batch_size))
+    got = list(tr)
+    ids = np.concatenate([np.stack(b.indices, 1) for b in got])
+    dense = np.concatenate([b.dense for b in got])
+    labels = np.concatenate([b.labels for b in got])
+    for i, (lab, den, cat) in enumerate(rows):
+        assert labels[i] == int(lab)
+        want = [np.log(max(int(x), 0) + 1) if x else 0.0 for x in den]
+        np.testing.assert_allclose(dense[i], want, rtol=1e-6)
+        assert ids[i].tolist() == [(int(h, 16) if h else 0) % sizes[j] for j, h in enumerate(cat)]
+    remap = load(import_criteo(d / "t.txt", d / "r.npz", batch_size=batch_size))
+    rid = np.concatenate([np.stack(b.indices, 1) for b in remap])
+    for j in range(26):
+        seen = {}
+        want = [seen.setdefault(int(r[2][j], 16) if r[2][j] else 0, len(seen)) for r in rows]
+        assert rid[:, j].tolist() == want
+        assert remap.table_sizes[j] == len(seen)
