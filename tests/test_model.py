@@ -398,3 +398,22 @@ def test_lookup_worker_uses_callers_numba_threads():
     m.close()
     with pytest.raises(ConfigError, match=r"lookup_threads must be in \[1, \d+\], got 0"):
         DLRM(m.bottom, m.sparse, m.top, lookup_threads=0)
+
+
+def test_lookup_error_in_worker_reaches_caller(model, ref, tmp_path):
+    store = model.to_store(tmp_path / "s")
+    store.close()
+    for overlap in (True, False):
+        with pytest.raises(sdm.errors.StoreError, match="closed"):
+            model.forward(ref["dense_x"], ref["sparse"], embeddings=store, overlap=overlap)
+    # the worker survives a failed call
+    np.testing.assert_allclose(model.forward(ref["dense_x"], ref["sparse"]), ref["output"][:, 0], atol=1e-5)
+
+
+def test_concurrent_forward_calls(model, ref):
+    from concurrent.futures import ThreadPoolExecutor
+    want = model.forward(ref["dense_x"], ref["sparse"])
+    with ThreadPoolExecutor(4) as ex:
+        outs = list(ex.map(lambda _: model.forward(ref["dense_x"], ref["sparse"]), range(16)))
+    for y in outs:
+        np.testing.assert_array_equal(y, want)
