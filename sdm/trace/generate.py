@@ -26,7 +26,7 @@ traces).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Iterator
 
 import numpy as np
@@ -92,6 +92,7 @@ class Profile:
     row_alpha: float = 1.0
     dist_file: str | None = None
     requests: int | None = None
+    max_rows: int | None = None
     description: str = ""
     source: str = ""
 
@@ -208,7 +209,7 @@ def get_profile(name: str = "zipf", *, tables: int | None = None, table_size=Non
         if int(max_rows) < 1:
             raise ConfigError(f"max_rows must be >= 1, got {max_rows}")
         sizes = tuple(min(int(s), int(max_rows)) for s in sizes)
-    kw = {}
+    kw = {} if max_rows is None else {"max_rows": int(max_rows)}
     if batch_size is not None:
         if int(batch_size) < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
