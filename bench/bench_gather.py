@@ -5,6 +5,8 @@ Reports ns per looked-up row and GB/s of row bytes (looked-up rows x row bytes /
 ranks scattered over the table by a fixed permutation, so hot rows are not neighbours), at
 1 and 2 threads. Peers in the same process, interleaved call by call:
 
+* ``sdm-<fmt>``: ``sdm.embedding_bag`` (validates, allocates its output), ``sdm-fp32-pool``:
+  the internal ``sdm.pooling.pool`` fast path the store calls (no checks, caller's ``out``),
 * ``numpy``: ``take`` + ``add.reduceat`` (the obvious vectorized reference),
 * ``torch``: ``torch.nn.functional.embedding_bag(mode="sum")`` (FBGEMM on CPU),
 * ``torch-int8``: ``torch.ops.quantized.embedding_bag_byte_rowwise_offsets`` over a table
@@ -68,9 +70,13 @@ def build_contenders(tables, offsets, with_numpy: bool):
     dim = t32.shape[1]
     out = np.empty((nbags, dim), dtype=np.float32)
     c = {}
-    c["sdm-fp32"] = (t32.shape[1] * 4, lambda ids: pool(t32, ids, offsets, None, False, "fp32", out), "torch")
-    c["sdm-fp16"] = (t16.shape[1] * 2, lambda ids: pool(t16, ids, offsets, None, False, "fp16", out), "torch")
-    c["sdm-int8"] = (t8.shape[1], lambda ids: pool(t8, ids, offsets, None, False, "int8", out), "torch-int8")
+    # the public API as a user calls it: validation of ids/offsets and a fresh output each call,
+    # like torch's functional call; `sdm-fp32-pool` is the store's internal path (no checks, out=)
+    eb = sdm.embedding_bag
+    c["sdm-fp32"] = (dim * 4, lambda ids: eb(t32, ids, offsets, fmt="fp32"), "torch")
+    c["sdm-fp16"] = (dim * 2, lambda ids: eb(t16, ids, offsets, fmt="fp16"), "torch")
+    c["sdm-int8"] = (t8.shape[1], lambda ids: eb(t8, ids, offsets, fmt="int8"), "torch-int8")
+    c["sdm-fp32-pool"] = (dim * 4, lambda ids: pool(t32, ids, offsets, None, False, "fp32", out), "torch")
     if with_numpy:
         c["numpy"] = (t32.shape[1] * 4, lambda ids: numpy_bag(t32, ids, offsets), "torch")
     if torch is not None:

@@ -8,7 +8,8 @@ import numpy as np
 
 from sdm.errors import IdOutOfRangeError, InvalidArgumentError, InvalidOffsetsError
 from sdm.formats import INT8_TAIL_BYTES, check_format, row_bytes
-from sdm.kernels.bag import bag_fp16, bag_fp32, bag_int8
+from sdm.kernels.bag import (_fp16_range, _fp32_range, _int8_range, bag_fp16, bag_fp32, bag_int8,
+                             bags_valid)
 
 __all__ = ["embedding_bag", "check_ids", "check_offsets", "check_weights", "POOLING_MODES"]
 
@@ -151,8 +152,12 @@ def embedding_bag(table, indices, offsets, *, fmt="fp32", dim=None, mode="sum",
     fmt = check_format(fmt)
     mean = check_mode(mode)
     table, dim = _check_table(table, fmt, dim)
-    indices = check_ids(indices, table.shape[0])
-    offsets = check_offsets(offsets, indices.shape[0])
+    if not (_plain(indices, _INDEX_DTYPES) and _plain(offsets, _OFFSET_DTYPES)
+            and bags_valid(indices, offsets, table.shape[0])):
+        # the one-pass check failed or the arrays need converting: the full checks convert,
+        # or raise naming the bad value
+        indices = check_ids(indices, table.shape[0])
+        offsets = check_offsets(offsets, indices.shape[0])
     weights = check_weights(per_sample_weights, indices.shape[0])
     nbags = offsets.shape[0] - 1
     if out is None:
@@ -163,16 +168,39 @@ def embedding_bag(table, indices, offsets, *, fmt="fp32", dim=None, mode="sum",
     return pool(table, indices, offsets, weights, mean, fmt, out)
 
 
+_INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+_OFFSET_DTYPES = (np.dtype(np.int64),)
+
+
+def _plain(a, dtypes) -> bool:
+    """An array the kernels take as it is: 1-D, C-contiguous, one of ``dtypes``."""
+    return (isinstance(a, np.ndarray) and a.ndim == 1 and a.dtype in dtypes
+            and a.flags.c_contiguous)
+
+
 _NO_WEIGHTS = np.empty(0, dtype=np.float32)
+# fmt -> (serial core over bags [b0, b1), parallel driver)
+_KERNELS = {"fp32": (_fp32_range, bag_fp32), "fp16": (_fp16_range, bag_fp16),
+            "int8": (_int8_range, bag_int8)}
+# Below this many lookups one thread finishes before a parallel region would have started
+# (launching one costs a few microseconds; a lookup costs 5-50 ns).
+SERIAL_BELOW_LOOKUPS = 1024
 
 
 def pool(table, indices, offsets, weights, mean, fmt, out):
-    """Dispatch to the kernel for ``fmt`` on already-validated arrays (internal fast path)."""
+    """Dispatch to the kernel for ``fmt`` on already-validated arrays (internal fast path).
+
+    Same arrays as :func:`embedding_bag` after validation (``indices`` int32/int64,
+    ``offsets`` int64, ``weights`` float32 or None, ``out`` ``(B, dim)`` float32 C-contiguous);
+    returns ``out``. Runs on ``numba.get_num_threads()`` threads, or serially for small batches.
+    """
     weighted = weights is not None
     w = weights if weighted else _NO_WEIGHTS
-    nthreads = numba.get_num_threads()
-    if fmt == "int8":
-        return bag_int8(table, indices, offsets, w, weighted, mean, out, nthreads)
     if fmt == "fp16":  # Numba has no float16 arrays: the kernel widens the raw bits itself
-        return bag_fp16(table.view(np.uint16), indices, offsets, w, weighted, mean, out, nthreads)
-    return bag_fp32(table, indices, offsets, w, weighted, mean, out, nthreads)
+        table = table.view(np.uint16)
+    core, driver = _KERNELS[fmt]
+    nthreads = numba.get_num_threads()
+    if nthreads == 1 or indices.shape[0] < SERIAL_BELOW_LOOKUPS:
+        core(table, indices, offsets, w, weighted, mean, out, 0, out.shape[0])
+        return out
+    return driver(table, indices, offsets, w, weighted, mean, out, nthreads)

@@ -18,8 +18,13 @@ from sdm.pooling import pool
 SENTINEL = np.float32(-12345.5)
 
 
+class Rows(np.ndarray):
+    """Decoded float32 rows; ``.mag`` is the size of each value's terms for the tolerance (for
+    int8 ``|scale * q| + |bias|``: the kernel sums those two parts separately)."""
+
+
 def make_table(rng, n, dim, fmt):
-    """(table as embedding_bag takes it, float32 rows it decodes to)."""
+    """(table as embedding_bag takes it, float32 rows it decodes to, with ``.mag``)."""
     x = rng.standard_normal((n, dim)).astype(np.float32)
     raw = sdm.quantize_rows(x, fmt)
     if fmt == "fp32":
@@ -28,7 +33,12 @@ def make_table(rng, n, dim, fmt):
         table = x.astype(np.float16)
     else:
         table = raw
-    return table, sdm.dequantize_rows(raw, fmt, dim)
+    rows = sdm.dequantize_rows(raw, fmt, dim).view(Rows)
+    rows.mag = np.abs(rows).astype(np.float64)
+    if fmt == "int8":
+        sb = raw[:, dim:].copy().view(np.float32)
+        rows.mag = np.abs(raw[:, :dim] * sb[:, :1].astype(np.float64)) + np.abs(sb[:, 1:])
+    return table, rows
 
 
 def reference_bag(rows, ids, offsets, weights, mode):
@@ -41,8 +51,8 @@ def reference_bag(rows, ids, offsets, weights, mode):
         n = offsets[b + 1] - offsets[b]
         for k in range(offsets[b], offsets[b + 1]):
             w = 1.0 if weights is None else float(weights[k])
-            out[b] += w * rows[ids[k]].astype(np.float64)
-            mag[b] += np.abs(w * rows[ids[k]].astype(np.float64))
+            out[b] += w * np.asarray(rows[ids[k]], dtype=np.float64)
+            mag[b] += abs(w) * getattr(rows, "mag", np.abs(rows))[ids[k]]
         if mode == "mean" and n:
             out[b] /= n
             mag[b] /= n

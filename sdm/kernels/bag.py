@@ -344,6 +344,24 @@ def _int8_range(table, indices, offsets, weights, weighted, mean, out, b0, b1):
                 out[b, j0 + j] = (acc[j] + bias) * inv
 
 
+@jit
+def bags_valid(indices, offsets, num_rows):
+    """True when ``offsets`` is CSR over ``indices`` (starts at 0, non-decreasing, ends at
+    ``len(indices)``) and every index is in ``[0, num_rows)``: the whole check in one pass,
+    cheaper than the numpy checks that name the culprit (the wrapper runs those on False)."""
+    nb = offsets.shape[0]
+    if nb == 0 or offsets[0] != 0 or offsets[nb - 1] != indices.shape[0]:
+        return False
+    dec = False
+    for b in range(nb - 1):
+        dec |= offsets[b + 1] < offsets[b]
+    bad = False
+    for i in range(indices.shape[0]):  # branch-free so it vectorizes
+        v = indices[i]
+        bad |= (v < 0) | (v >= num_rows)
+    return not (dec or bad)
+
+
 # -- parallel drivers: one contiguous chunk of bags per thread ----------------------------------
 # ``nthreads`` comes from the caller (``numba.get_num_threads()``): calling that inside a kernel
 # embeds a ctypes pointer, which makes the kernel uncacheable.
