@@ -108,3 +108,22 @@ def test_read_locality_stats():
     for b in blocks:
         assert len(b["rows"]) == 17 and len(b["lookups_share"]) == 17
         assert abs(sum(b["lookups_share"]) - 1) < 0.01
+
+
+def test_many_batches_match_a_whole_trace_reference(tmp_path):
+    from sdm.trace import generate, load
+
+    gen = generate("zipf", tables=2, table_size=3000, batches=40, batch_size=16, pooling=3, seed=4)
+    path = save(tmp_path / "m.npz", gen, gen.table_sizes)
+    s = trace_stats(path)
+    tr = load(path)
+    for t in range(2):
+        ids = np.concatenate([b.indices[t] for b in tr])
+        u, c = np.unique(ids, return_counts=True)
+        assert (s.tables[t].lookups, s.tables[t].distinct) == (ids.size, u.size)
+    keys = np.concatenate(list(tr.keys()))
+    first = np.zeros(keys.size, bool)
+    first[np.unique(keys, return_index=True)[1]] = True
+    want = np.concatenate([[0], np.cumsum(first)[np.cumsum(tr.batch_lookups) - 1]])
+    assert s.working_set[1].tolist() == want.tolist()
+    assert s.distinct == want[-1]

@@ -113,10 +113,11 @@ def plot_stats(s: TraceStats, outdir) -> list[str]:
     ax.set_title("per batch")
     save(fig, "per_batch.png")
 
-    fig, ax = plt.subplots(figsize=(5, 4))
-    ax.plot(s.working_set[0], s.working_set[1])
-    ax.set_xlabel("lookups replayed")
-    ax.set_ylabel("distinct rows seen")
-    ax.set_title("working set")
-    save(fig, "working_set.png")
+    if s.working_set is not None:
+        fig, ax = plt.subplots(figsize=(5, 4))
+        ax.plot(s.working_set[0], s.working_set[1])
+        ax.set_xlabel("lookups replayed")
+        ax.set_ylabel("distinct rows seen")
+        ax.set_title("working set")
+        save(fig, "working_set.png")
     return paths

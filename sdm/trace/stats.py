@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sdm._jit import jit
 from sdm.errors import InvalidArgumentError
 from sdm.trace.format import Trace, load
 from sdm.trace.generate import REUSE_BIN_EDGES
@@ -65,12 +66,53 @@ def fit_zipf_alpha(freqs, *, min_count: int = 5) -> float | None:
 
 
 def _merge_counts(ids_a, cnt_a, ids_b, cnt_b):
-    if ids_a is None:
-        return ids_b, cnt_b
     ids = np.concatenate([ids_a, ids_b])
     cnt = np.concatenate([cnt_a, cnt_b])
     uniq, inv = np.unique(ids, return_inverse=True)
     return uniq, np.bincount(inv.ravel(), weights=cnt, minlength=uniq.shape[0]).astype(np.int64)
+
+
+class _RowCounter:
+    """Lookups per distinct row of one table, as sorted ``(ids, counts)`` runs merged
+    log-structured (a run merges with the one below when it grows to half its size), so a trace
+    of N batches costs O(total log total) instead of re-merging everything every batch."""
+
+    def __init__(self):
+        self.runs = []
+
+    def add(self, ids, counts):
+        self.runs.append((ids, counts))
+        while len(self.runs) >= 2 and self.runs[-2][0].shape[0] <= 2 * self.runs[-1][0].shape[0]:
+            b = self.runs.pop()
+            a = self.runs.pop()
+            self.runs.append(_merge_counts(*a, *b))
+
+    def result(self):
+        while len(self.runs) >= 2:
+            b = self.runs.pop()
+            a = self.runs.pop()
+            self.runs.append(_merge_counts(*a, *b))
+        if not self.runs:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        return self.runs[0]
+
+
+@jit
+def _mark_seen(bits, keys):
+    """Set the bit of every key; return how many were not set before (first touches)."""
+    new = 0
+    for i in range(keys.shape[0]):
+        k = keys[i]
+        byte = k >> 3
+        mask = np.uint8(1 << (k & 7))
+        if (bits[byte] & mask) == 0:
+            bits[byte] |= mask
+            new += 1
+    return new
+
+
+# the working-set curve keeps one bit per row of the trace; beyond this it is skipped
+_MAX_BITMAP_BYTES = 1 << 30
 
 
 @dataclass
@@ -101,7 +143,8 @@ class TraceStats:
         zipf_alpha: fit over the merged frequency list of every table (None if too few data).
         stack: dict with the LRU stack distance distribution of the first ``stack_lookups``
             lookups (``cold`` share, ``bins`` upper bounds, ``shares``, percentiles).
-        working_set: ``(lookups_seen, distinct_seen)`` arrays at batch boundaries.
+        working_set: ``(lookups_seen, distinct_seen)`` arrays at batch boundaries (None when the
+            trace has more than 8 Gi rows: the curve keeps one bit per row).
     """
 
     path: str | None
@@ -173,8 +216,9 @@ class TraceStats:
             "lookups_per_batch": [int(x) for x in self.lookups_per_batch],
             "unique_per_batch": [int(x) for x in self.unique_per_batch],
             "stack_distance": self.stack,
-            "working_set": {"lookups": [int(x) for x in self.working_set[0]],
-                            "distinct": [int(x) for x in self.working_set[1]]},
+            "working_set": None if self.working_set is None else {
+                "lookups": [int(x) for x in self.working_set[0]],
+                "distinct": [int(x) for x in self.working_set[1]]},
         }
 
 
@@ -218,7 +262,11 @@ def trace_stats(trace, *, stack_lookups: int = 1_000_000, progress: bool = False
         rows = np.zeros(NUM_REUSE_BINS, dtype=np.int64)
         lks = np.zeros(NUM_REUSE_BINS, dtype=np.int64)
         per_lookups, per_unique, per_rows, per_lks = [], [], [], []
-        acc = [(None, None)] * ntab
+        acc = [_RowCounter() for _ in range(ntab)]
+        total_rows = int(tr.table_sizes.sum())
+        bits = None
+        if (total_rows + 7) // 8 <= _MAX_BITMAP_BYTES:
+            bits = np.zeros((total_rows + 7) // 8, dtype=np.uint8)
         ws_x, ws_y = [0], [0]
         stack_parts, stack_have = [], 0
         samples = 0
@@ -234,7 +282,7 @@ def trace_stats(trace, *, stack_lookups: int = 1_000_000, progress: bool = False
                 ix = np.asarray(ix, dtype=np.int64)
                 parts.append(ix + bases[t])
                 u, c = np.unique(ix, return_counts=True)
-                acc[t] = _merge_counts(acc[t][0], acc[t][1], u, c)
+                acc[t].add(u, c)
             keys = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
             r, lk, dist = batch_reuse(keys)
             rows += r
@@ -244,7 +292,8 @@ def trace_stats(trace, *, stack_lookups: int = 1_000_000, progress: bool = False
             per_lookups.append(keys.shape[0])
             per_unique.append(dist)
             ws_x.append(ws_x[-1] + keys.shape[0])
-            ws_y.append(sum(0 if a[0] is None else a[0].shape[0] for a in acc))
+            if bits is not None:
+                ws_y.append(ws_y[-1] + _mark_seen(bits, keys))
             if stack_have < stack_lookups:
                 take = keys[: stack_lookups - stack_have]
                 stack_parts.append(take)
@@ -252,8 +301,7 @@ def trace_stats(trace, *, stack_lookups: int = 1_000_000, progress: bool = False
         tables = []
         all_freq = []
         for t in range(ntab):
-            ids, cnt = acc[t]
-            cnt = np.empty(0, dtype=np.int64) if cnt is None else cnt
+            ids, cnt = acc[t].result()
             all_freq.append(cnt)
             lk_t = int(cnt.sum())
             tables.append(TableStats(t, int(tr.table_sizes[t]), lk_t, int(cnt.shape[0]),
@@ -267,7 +315,8 @@ def trace_stats(trace, *, stack_lookups: int = 1_000_000, progress: bool = False
             reuse_lookups=lks, lookups_per_batch=np.array(per_lookups, dtype=np.int64),
             unique_per_batch=np.array(per_unique, dtype=np.int64), tables=tables,
             zipf_alpha=fit_zipf_alpha(freq), stack=_stack_summary(stack_keys),
-            working_set=(np.array(ws_x), np.array(ws_y)), rank_frequency=freq,
+            working_set=(np.array(ws_x), np.array(ws_y)) if bits is not None else None,
+            rank_frequency=freq,
             batch_reuse_rows=np.array(per_rows, dtype=np.int64).reshape(-1, NUM_REUSE_BINS),
             batch_reuse_lookups=np.array(per_lks, dtype=np.int64).reshape(-1, NUM_REUSE_BINS))
     finally:
