@@ -166,7 +166,9 @@ def _ol_bits(u):
 # Each core sums a bag into ``acc``, a stack buffer (see :func:`stack_f32`), in column tiles of
 # ``_TILE``; LLVM can see that the stack never aliases ``table``, so the column loop is
 # vectorized without the runtime overlap checks it would emit per row group if it summed into
-# ``out`` directly (those checks cost as much as the adds for dim 64).
+# ``out`` directly (those checks cost as much as the adds for dim 64). Column indices are cast
+# to unsigned: Numba wraps negative indices, and a per-lane "if < 0" turns the vector loads
+# into gathers when LLVM cannot prove ``j0 + j >= 0``.
 
 
 @jit(fastmath=True)
@@ -199,12 +201,14 @@ def _fp32_range(table, indices, offsets, weights, weighted, mean, out, b0, b1):
                     w2 = weights[k + 2]
                     w3 = weights[k + 3]
                     for j in range(jn):
-                        acc[j] += (w0 * table[r0, j0 + j] + w1 * table[r1, j0 + j]) + (
-                            w2 * table[r2, j0 + j] + w3 * table[r3, j0 + j])
+                        c = np.uint64(j0 + j)
+                        acc[j] += (w0 * table[r0, c] + w1 * table[r1, c]) + (
+                            w2 * table[r2, c] + w3 * table[r3, c])
                 else:
                     for j in range(jn):
-                        acc[j] += (table[r0, j0 + j] + table[r1, j0 + j]) + (
-                            table[r2, j0 + j] + table[r3, j0 + j])
+                        c = np.uint64(j0 + j)
+                        acc[j] += (table[r0, c] + table[r1, c]) + (
+                            table[r2, c] + table[r3, c])
                 k += _GROUP
             while k < end:
                 if j0 == 0 and k + _PREFETCH < nnz:
@@ -212,10 +216,12 @@ def _fp32_range(table, indices, offsets, weights, weighted, mean, out, b0, b1):
                 r0 = indices[k]
                 w0 = weights[k] if weighted else one
                 for j in range(jn):
-                    acc[j] += w0 * table[r0, j0 + j]
+                    c = np.uint64(j0 + j)
+                    acc[j] += w0 * table[r0, c]
                 k += 1
             for j in range(jn):
-                out[b, j0 + j] = acc[j] * inv
+                c = np.uint64(j0 + j)
+                out[b, c] = acc[j] * inv
 
 
 @jit(fastmath=True)
@@ -248,16 +254,18 @@ def _fp16_range(table, indices, offsets, weights, weighted, mean, out, b0, b1):
                     w2 = weights[k + 2]
                     w3 = weights[k + 3]
                     for j in range(jn):
-                        acc[j] += (w0 * half_bits_to_float(table[r0, j0 + j])
-                                   + w1 * half_bits_to_float(table[r1, j0 + j])) + (
-                            w2 * half_bits_to_float(table[r2, j0 + j])
-                            + w3 * half_bits_to_float(table[r3, j0 + j]))
+                        c = np.uint64(j0 + j)
+                        acc[j] += (w0 * half_bits_to_float(table[r0, c])
+                                   + w1 * half_bits_to_float(table[r1, c])) + (
+                            w2 * half_bits_to_float(table[r2, c])
+                            + w3 * half_bits_to_float(table[r3, c]))
                 else:
                     for j in range(jn):
-                        acc[j] += (half_bits_to_float(table[r0, j0 + j])
-                                   + half_bits_to_float(table[r1, j0 + j])) + (
-                            half_bits_to_float(table[r2, j0 + j])
-                            + half_bits_to_float(table[r3, j0 + j]))
+                        c = np.uint64(j0 + j)
+                        acc[j] += (half_bits_to_float(table[r0, c])
+                                   + half_bits_to_float(table[r1, c])) + (
+                            half_bits_to_float(table[r2, c])
+                            + half_bits_to_float(table[r3, c]))
                 k += _GROUP
             while k < end:
                 if j0 == 0 and k + _PREFETCH < nnz:
@@ -265,19 +273,21 @@ def _fp16_range(table, indices, offsets, weights, weighted, mean, out, b0, b1):
                 r0 = indices[k]
                 w0 = weights[k] if weighted else one
                 for j in range(jn):
-                    acc[j] += w0 * half_bits_to_float(table[r0, j0 + j])
+                    c = np.uint64(j0 + j)
+                    acc[j] += w0 * half_bits_to_float(table[r0, c])
                 k += 1
             for j in range(jn):
-                out[b, j0 + j] = acc[j] * inv
+                c = np.uint64(j0 + j)
+                out[b, c] = acc[j] * inv
 
 
 @jit(inline="always")
 def _int8_scale_bias(table, r, dim):
     """(scale, bias) float32 of fused row ``r``: the 8 bytes after its ``dim`` codes."""
-    s = (np.uint32(table[r, dim]) | (np.uint32(table[r, dim + 1]) << np.uint32(8))
-         | (np.uint32(table[r, dim + 2]) << np.uint32(16)) | (np.uint32(table[r, dim + 3]) << np.uint32(24)))
-    c = (np.uint32(table[r, dim + 4]) | (np.uint32(table[r, dim + 5]) << np.uint32(8))
-         | (np.uint32(table[r, dim + 6]) << np.uint32(16)) | (np.uint32(table[r, dim + 7]) << np.uint32(24)))
+    s = (np.uint32(table[r, np.uint64(dim)]) | (np.uint32(table[r, np.uint64(dim + 1)]) << np.uint32(8))
+         | (np.uint32(table[r, np.uint64(dim + 2)]) << np.uint32(16)) | (np.uint32(table[r, np.uint64(dim + 3)]) << np.uint32(24)))
+    c = (np.uint32(table[r, np.uint64(dim + 4)]) | (np.uint32(table[r, np.uint64(dim + 5)]) << np.uint32(8))
+         | (np.uint32(table[r, np.uint64(dim + 6)]) << np.uint32(16)) | (np.uint32(table[r, np.uint64(dim + 7)]) << np.uint32(24)))
     return bits_to_float(s), bits_to_float(c)
 
 
@@ -325,8 +335,9 @@ def _int8_range(table, indices, offsets, weights, weighted, mean, out, b0, b1):
                     c3 *= w3
                 bias += (c0 + c1) + (c2 + c3)
                 for j in range(jn):
-                    acc[j] += (s0 * np.float32(table[r0, j0 + j]) + s1 * np.float32(table[r1, j0 + j])) + (
-                        s2 * np.float32(table[r2, j0 + j]) + s3 * np.float32(table[r3, j0 + j]))
+                    c = np.uint64(j0 + j)
+                    acc[j] += (s0 * np.float32(table[r0, c]) + s1 * np.float32(table[r1, c])) + (
+                        s2 * np.float32(table[r2, c]) + s3 * np.float32(table[r3, c]))
                 k += _GROUP
             while k < end:
                 if j0 == 0 and k + _PREFETCH < nnz:
@@ -338,10 +349,12 @@ def _int8_range(table, indices, offsets, weights, weighted, mean, out, b0, b1):
                     c0 *= weights[k]
                 bias += c0
                 for j in range(jn):
-                    acc[j] += s0 * np.float32(table[r0, j0 + j])
+                    c = np.uint64(j0 + j)
+                    acc[j] += s0 * np.float32(table[r0, c])
                 k += 1
             for j in range(jn):
-                out[b, j0 + j] = (acc[j] + bias) * inv
+                c = np.uint64(j0 + j)
+                out[b, c] = (acc[j] + bias) * inv
 
 
 @jit
