@@ -16,6 +16,10 @@ caches and flatters everyone):
   (``lookup_threads``) so they do not fight BLAS for every core;
 * ``torch``: nn.Linear / F.embedding_bag(mode="sum") / bmm, under ``torch.inference_mode``.
 
+Ratios against torch: the ratio of medians, and the median over rounds of each round's
+ratio (sdm and torch called back to back), which holds up better while other jobs load the
+machine.
+
 Threads: numba.set_num_threads, torch.set_num_threads, and numpy's OpenBLAS through its
 ``*_set_num_threads`` entry point (threadpoolctl when installed); when neither is reachable
 each thread count runs in a subprocess with ``OPENBLAS_NUM_THREADS`` set. At "1 thread" the
@@ -200,7 +204,10 @@ def run_threads(nthreads: int, args, model: DLRM, peer, blas) -> dict:
             recs = profs[name].records
             stages = {s: float(np.median([getattr(t, s) for t in recs])) for s in STAGES}
             overlap = float(np.median([t.overlap_s for t in recs]))
+        paired = (float(np.median(np.array(walls[name]) / np.array(walls["torch"])))
+                  if "torch" in walls else None)
         result["contenders"][name] = {"median_s": med, "samples_per_s": args.batch / med,
+                                      "paired_ratio": paired,
                                       "min_s": float(np.min(walls[name])), "stages": stages,
                                       "overlap_s": overlap}
     return result
@@ -221,13 +228,16 @@ def machine() -> str:
 
 
 def render(results: list, args) -> str:
-    lines = ["| threads | contender | batch ms (median) | samples/s | vs torch |", "|---|---|---|---|---|"]
+    lines = ["| threads | contender | batch ms (median) | samples/s | vs torch (ratio of medians) "
+             "| vs torch (median of per-round ratios) |", "|---|---|---|---|---|---|"]
     for res in results:
         c = res["contenders"]
         base = c.get("torch", {}).get("median_s")
         for name, v in c.items():
             ratio = f"{v['median_s'] / base:.2f}x" if base else "-"
-            lines.append(f"| {res['threads']} | {name} | {v['median_s'] * 1e3:.1f} | {v['samples_per_s']:,.0f} | {ratio} |")
+            paired = f"{v['paired_ratio']:.2f}x" if v.get("paired_ratio") else "-"
+            lines.append(f"| {res['threads']} | {name} | {v['median_s'] * 1e3:.1f} | {v['samples_per_s']:,.0f} "
+                         f"| {ratio} | {paired} |")
     lines += ["", "Per-stage medians (ms); for `sdm` the lookups run beside the bottom MLP, "
               "`saved` = stage sum - wall:", "",
               "| threads | contender | bottom MLP | embeddings | interaction | top MLP | saved by overlap |",
