@@ -14,6 +14,7 @@ caches and flatters everyone):
 * ``sdm-serial``: the same, lookups then bottom MLP in one thread (``overlap=False``);
 * ``sdm-split`` (2+ threads): overlapped, the lookups on half the Numba threads
   (``lookup_threads``) so they do not fight BLAS for every core;
+* ``sdm-store`` (``--store PRESET``): overlapped, the rows served by an :class:`sdm.Store`;
 * ``torch``: nn.Linear / F.embedding_bag(mode="sum") / bmm, under ``torch.inference_mode``.
 
 Ratios against torch: the ratio of medians, and the median over rounds of each round's
@@ -42,6 +43,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 
 import numba
@@ -162,10 +164,10 @@ def make_batch(rng, args):
 
 # -- measurement -----------------------------------------------------------------------------
 
-def run_threads(nthreads: int, args, model: DLRM, peer, blas) -> dict:
+def run_threads(nthreads: int, args, model: DLRM, peer, blas, store=None) -> dict:
     set_threads(nthreads, blas)
     rng = np.random.default_rng(1000 + nthreads)
-    profs = {"sdm": Profiler(), "sdm-serial": Profiler(), "sdm-split": Profiler()}
+    profs = {"sdm": Profiler(), "sdm-serial": Profiler(), "sdm-split": Profiler(), "sdm-store": Profiler()}
     torch_times: list = []
 
     def call(name, batch):
@@ -177,11 +179,12 @@ def run_threads(nthreads: int, args, model: DLRM, peer, blas) -> dict:
         else:
             model.lookup_threads = max(1, nthreads // 2) if name == "sdm-split" else None
             t0 = time.perf_counter()
-            model.forward(dense, sparse, profile=profs[name], overlap=(name != "sdm-serial"))
+            model.forward(dense, sparse, profile=profs[name], overlap=(name != "sdm-serial"),
+                          embeddings=store if name == "sdm-store" else None)
         return time.perf_counter() - t0
 
     names = ["sdm", "sdm-serial"] + (["sdm-split"] if nthreads > 1 else []) + \
-        (["torch"] if peer is not None else [])
+        (["sdm-store"] if store is not None else []) + (["torch"] if peer is not None else [])
     for _ in range(args.warmup):
         for name in names:
             call(name, make_batch(rng, args))
@@ -265,6 +268,9 @@ def parse(argv=None):
     ap.add_argument("--top", type=lambda s: [int(x) for x in s.split("-")], default=[1024, 1024, 1024, 1],
                     help="top MLP widths after the interaction")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--store", metavar="PRESET", help="also run sdm through a store under this hierarchy "
+                    "preset (contender sdm-store; writes every table to a temporary store first)")
+    ap.add_argument("--workdir", help="directory for the temporary store (default: the system temp dir)")
     ap.add_argument("--json", action="store_true", help="print results as JSON")
     args = ap.parse_args(argv)
     if args.quick:
@@ -295,7 +301,17 @@ def main(argv=None) -> int:
     model = DLRM.random(arch(args), seed=0, materialize=True)
     peer = TorchDLRM(model) if peer_ok else None
     build_s = time.perf_counter() - t0
-    results = [run_threads(n, args, model, peer, blas) for n in threads]
+    store = None
+    with tempfile.TemporaryDirectory(prefix="bench-dlrm-", dir=args.workdir) as tmp:
+        if args.store:
+            t1 = time.perf_counter()
+            store = model.to_store(os.path.join(tmp, "store"), config=args.store, progress=False)
+            print(f"store ({args.store}) written in {time.perf_counter() - t1:.1f} s", file=sys.stderr)
+        try:
+            results = [run_threads(n, args, model, peer, blas, store) for n in threads]
+        finally:
+            if store is not None:
+                store.close()
     model.close()
     if args.json:
         print(json.dumps({"machine": machine(), "args": vars(args), "results": results}, indent=1))
