@@ -70,7 +70,7 @@ def assert_close(got, ref, mag):
 def bag_cases(draw):
     fmt = draw(st.sampled_from(sdm.ROW_FORMATS))
     n = draw(st.integers(1, 40))
-    dim = draw(st.sampled_from([1, 2, 3, 4, 5, 8, 13, 16, 17, 31, 64, 100]))
+    dim = draw(st.sampled_from([1, 2, 3, 4, 5, 8, 13, 16, 17, 31, 64, 65, 100, 128]))
     lens = draw(st.lists(st.integers(0, 13), min_size=0, max_size=12))
     nnz = sum(lens)
     # a small id alphabet makes repeated ids within a bag common
