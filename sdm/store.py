@@ -120,7 +120,11 @@ class Store:
             raise StoreNotFoundError(f"no sdm store at {path} ({MANIFEST_NAME} not found)")
         manifest = Manifest.read(path)
         db = RowDB(path, readonly=readonly)
-        return cls(path, manifest, db, config, readonly)
+        try:
+            return cls(path, manifest, db, config, readonly)
+        except BaseException:  # a config the store's tables cannot use: release the database
+            db.close()
+            raise
 
     def close(self) -> None:
         """Release the store's memory and files; further calls raise StoreError."""
