@@ -4,7 +4,10 @@ Every kernel is compiled through :func:`jit` so the flags live in one place:
 
 * ``cache=True``: compiled code is kept on disk beside the module (``__pycache__``), so a
   fresh process pays only loading, not compiling. Numba keys the cache on the source file's
-  timestamp and the argument types, so an edited kernel is recompiled, never served stale.
+  timestamp, the function's bytecode and the argument types, so an edited kernel is
+  recompiled, never served stale. It does not see edits to *other* files: a jitted helper
+  imported from another module, or the flags below. Keep a kernel's helpers in its own file,
+  and after changing flags here delete the ``*.nbi``/``*.nbc`` files under ``sdm/``.
 * ``nogil=True``: kernels release the GIL, so a second Python thread runs while one works.
 * ``fastmath`` is off by default: sums must match the reference summation order closely.
   Kernels that reassociate on purpose (vectorized pooling) ask for it explicitly.

@@ -12,23 +12,28 @@ All drivers share one contract and trust their inputs (validated by
 * ``mean``: divide each non-empty bag by its length.
 * ``out``: ``(B, dim)`` float32 C-contiguous, fully overwritten (empty bags -> zeros).
 
-How they are fast (the gather is memory-bound, so the aim is to keep many row loads in flight
-and to keep the arithmetic off the critical path):
+How they are fast (the gather is memory-bound: keep many row loads in flight, keep the
+arithmetic and bookkeeping off the critical path):
 
-* Bags are split into one contiguous chunk per thread (``prange`` over chunks, not bags), and
-  each chunk runs a serial core whose loops LLVM can see whole.
-* Rows are taken ``_GROUP`` at a time: one pass over the columns adds all of them, so their
-  loads are independent and issued together, and ``out`` is read and written once per group
-  rather than once per row. ``fastmath`` lets the column loop vectorize (AVX2/AVX-512); it
-  reassociates the sum within a group, which the tests allow for with a tolerance.
-* A software prefetch (``llvm.prefetch``) is issued for the row ``_PREFETCH`` lookups ahead,
-  across bag boundaries, so DRAM latency overlaps the work on the current rows.
-* int8 rows are dequantized inside the loop: ``sum_k w_k (s_k q_k + b_k)`` is computed as
-  ``sum_k (w_k s_k) q_k`` per column plus the scalar ``sum_k w_k b_k`` once per bag.
+* Bags are split into one contiguous chunk per thread (``prange`` over chunks, not bags);
+  each chunk runs a serial core. One thread, or a small batch, calls the core directly
+  (:func:`sdm.pooling.pool`): a parallel launch costs microseconds.
+* A bag is summed into a stack buffer, never into ``out``: LLVM can prove the stack aliases
+  nothing, so the column loop vectorizes with no runtime overlap checks. For 64-column tiles
+  the width is a compile-time constant, so the loop unrolls and the accumulator lives in vector
+  registers for the whole bag (4 zmm for fp32) and ``out`` is written once per bag.
+* Rows are taken ``_GROUP`` at a time, so their loads are independent and issue together.
+  ``fastmath`` (these kernels only) lets LLVM vectorize and fuse; it reassociates the sum
+  within a group, which the tests allow for with a tolerance.
+* A software prefetch (``llvm.prefetch``, an intrinsic below) fetches the row ``_PREFETCH``
+  lookups ahead, across bag boundaries, so DRAM latency overlaps the work on current rows.
+* fp16 is widened with ``vcvtph2ps`` (an ``fpext`` intrinsic); int8 rows are dequantized in the
+  loop as ``sum_k (w_k s_k) q_k`` per column plus the scalar ``sum_k w_k b_k`` once per bag.
 
-The helpers below are written in this file (not imported) on purpose: Numba's on-disk cache
-is keyed on the timestamp of the file that holds the jitted function, so a helper edited in
-another module would leave stale compiled kernels behind.
+Numba's on-disk cache is keyed on the mtime of the file holding the jitted function (and its
+bytecode), not on the files it calls into. So every helper the kernels call lives here, and an
+edit to this file recompiles them (``bench/bench_compile.py --check-stale`` shows it). Changing
+the flags in ``sdm/_jit.py`` does not: delete ``sdm/kernels/__pycache__/*.nb[ic]`` after that.
 """
 
 from __future__ import annotations
