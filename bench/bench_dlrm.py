@@ -12,7 +12,9 @@ caches and flatters everyone):
 
 * ``sdm``: ``model.forward`` with the lookups in a worker thread beside the bottom MLP;
 * ``sdm-serial``: the same, lookups then bottom MLP in one thread (``overlap=False``);
-* ``sdm-split`` (2+ threads): overlapped, the lookups on half the Numba threads
+* ``sdm-serial-kpar`` (2+ threads): serial, each table's kernel parallel over all threads
+  (``table_parallel=False``) instead of tables spread over worker threads;
+* ``sdm-split`` (2+ threads): overlapped, the lookups on half the threads
   (``lookup_threads``) so they do not fight BLAS for every core;
 * ``sdm-store`` (``--store PRESET``): overlapped, the rows served by an :class:`sdm.Store`;
 * ``torch``: nn.Linear / F.embedding_bag(mode="sum") / bmm, under ``torch.inference_mode``.
@@ -167,7 +169,7 @@ def make_batch(rng, args):
 def run_threads(nthreads: int, args, model: DLRM, peer, blas, store=None) -> dict:
     set_threads(nthreads, blas)
     rng = np.random.default_rng(1000 + nthreads)
-    profs = {"sdm": Profiler(), "sdm-serial": Profiler(), "sdm-split": Profiler(), "sdm-store": Profiler()}
+    profs = {n: Profiler() for n in ("sdm", "sdm-serial", "sdm-serial-kpar", "sdm-split", "sdm-store")}
     torch_times: list = []
 
     def call(name, batch):
@@ -178,12 +180,13 @@ def run_threads(nthreads: int, args, model: DLRM, peer, blas, store=None) -> dic
             peer.forward(*tb, times=torch_times)
         else:
             model.lookup_threads = max(1, nthreads // 2) if name == "sdm-split" else None
+            model.table_parallel = name != "sdm-serial-kpar"
             t0 = time.perf_counter()
-            model.forward(dense, sparse, profile=profs[name], overlap=(name != "sdm-serial"),
+            model.forward(dense, sparse, profile=profs[name], overlap=not name.startswith("sdm-serial"),
                           embeddings=store if name == "sdm-store" else None)
         return time.perf_counter() - t0
 
-    names = ["sdm", "sdm-serial"] + (["sdm-split"] if nthreads > 1 else []) + \
+    names = ["sdm", "sdm-serial"] + (["sdm-serial-kpar", "sdm-split"] if nthreads > 1 else []) + \
         (["sdm-store"] if store is not None else []) + (["torch"] if peer is not None else [])
     for _ in range(args.warmup):
         for name in names:

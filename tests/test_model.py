@@ -417,3 +417,30 @@ def test_concurrent_forward_calls(model, ref):
         outs = list(ex.map(lambda _: model.forward(ref["dense_x"], ref["sparse"]), range(16)))
     for y in outs:
         np.testing.assert_array_equal(y, want)
+
+
+@pytest.mark.skipif(__import__("numba").config.NUMBA_NUM_THREADS < 2, reason="needs 2 Numba threads")
+@pytest.mark.parametrize("overlap", [True, False])
+def test_table_parallel_lookups(overlap):
+    import threading
+
+    import numba
+    m = DLRM.random(small_arch(tables=(40, 3, 17, 60, 9)), seed=0)
+    dense, sparse = random_batch(np.random.default_rng(2), m, 33)
+    seen = []
+    orig = m.sparse.pool_table
+    m.sparse.pool_table = lambda k, pair, out: (seen.append((k, numba.get_num_threads(), threading.get_ident())),
+                                                orig(k, pair, out))
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(2)
+        y = m.forward(dense, sparse, overlap=overlap)
+        assert numba.get_num_threads() == 2  # the caller's count is left as it was
+    finally:
+        numba.set_num_threads(before)
+    assert sorted(k for k, _, _ in seen) == [0, 1, 2, 3, 4]  # each table pooled once
+    assert {n for _, n, _ in seen} == {1}  # one Numba thread per table worker
+    assert threading.get_ident() not in {t for _, _, t in seen}
+    m.table_parallel = False
+    np.testing.assert_array_equal(m.forward(dense, sparse, overlap=overlap), y)
+    np.testing.assert_allclose(y, naive_forward(m, dense, sparse), atol=1e-5)

@@ -154,9 +154,12 @@ class SparseArch:
 
     def pool_into(self, checked, out: np.ndarray) -> None:
         """Sum-pool validated bags from the model's tables into ``out (t, B, dim)`` float32."""
-        tables = self.tables
-        for k, (ids, offsets) in enumerate(checked):
-            pool(tables[k], ids, offsets, None, False, "fp32", out[k])
+        for k, pair in enumerate(checked):
+            self.pool_table(k, pair, out[k])
+
+    def pool_table(self, k: int, pair, out: np.ndarray) -> None:
+        """Sum-pool validated ``(ids, offsets)`` of table ``k`` into ``out (B, dim)`` float32."""
+        pool(self.tables[k], pair[0], pair[1], None, False, "fp32", out)
 
     def check_store(self, store) -> None:
         """Raise unless ``store`` holds every table of the model with the same rows and dim."""
