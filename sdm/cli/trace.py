@@ -95,7 +95,6 @@ def _need_output(args):
 
 
 def _gen(args) -> int:
-    from sdm.trace.format import load
     from sdm.trace.generate import PROFILES, generate_to
 
     if args.list:
