@@ -36,6 +36,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import sdm  # noqa: E402
+from sdm.kernels.dedup import unique_inverse  # noqa: E402
 from sdm.pooling import pool  # noqa: E402
 
 try:
@@ -91,6 +92,22 @@ def build_contenders(tables, offsets, with_numpy: bool):
         c["torch-int8"] = (w8.shape[1], lambda ids: q(w8, torch.from_numpy(ids), toff, False, 0, False,
                                                       None, None, True), None)
     return c
+
+
+def bench_dedup(batches, reps: int):
+    """Median seconds of unique_inverse and np.unique(return_inverse=True), interleaved."""
+    unique_inverse(batches[0])
+    t_sdm, t_np = [], []
+    for r in range(reps):
+        ids = batches[r % len(batches)]
+        t0 = time.perf_counter()
+        unique_inverse(ids)
+        t1 = time.perf_counter()
+        np.unique(ids, return_inverse=True)
+        t2 = time.perf_counter()
+        t_sdm.append(t1 - t0)
+        t_np.append(t2 - t1)
+    return float(np.median(t_sdm)), float(np.median(t_np))
 
 
 def set_threads(n: int) -> None:
@@ -167,8 +184,10 @@ def main(argv=None) -> int:
           f"({nnz} rows per call), median of {args.reps} calls, {args.batches} distinct batches\n")
     print("| ids | threads | contender | ns/row | GB/s | vs peer | ns/row p10 | vs peer p10 |")
     print("|---|---|---|---|---|---|---|---|")
+    dedup = {}
     for dist in ("uniform", "zipf"):
         batches = make_batches(rng, dist, args.rows, args.batches, nnz, perm)
+        dedup[dist] = (len(np.unique(batches[0])),) + bench_dedup(batches, args.reps)
         for nt in [int(x) for x in args.threads.split(",")]:
             set_threads(nt)
             res = run_case(contenders, batches, args.reps, numpy_every=10)
@@ -180,6 +199,12 @@ def main(argv=None) -> int:
                     ratio10 = f"{p10 / res[peer][1]:.2f}x"
                 print(f"| {dist} | {nt} | {name} | {med * 1e9 / nnz:.1f} | {nnz * rb / med / 1e9:.1f} | "
                       f"{ratio} | {p10 * 1e9 / nnz:.1f} | {ratio10} |", flush=True)
+    print(f"\nbatch dedup of {nnz} ids (one thread): sdm.kernels.dedup.unique_inverse vs "
+          f"np.unique(return_inverse=True), median of {args.reps}\n")
+    print("| ids | distinct | unique_inverse us | np.unique us | ratio |")
+    print("|---|---|---|---|---|")
+    for dist, (u, a, b) in dedup.items():
+        print(f"| {dist} | {u} | {a * 1e6:.0f} | {b * 1e6:.0f} | {a / b:.2f}x |")
     print()
     print(machine())
     return 0
