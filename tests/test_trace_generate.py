@@ -1,6 +1,7 @@
 """Trace generators: determinism, shapes of every profile, Zipf skew, drift, inference request
 structure, stack-distance round trip, and the meta-2021 calibration."""
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -289,3 +290,17 @@ def test_requests_are_exact(name):
 def test_stack_distance_requests(tmp_path):
     gen = generate("stack-distance", dist_file=DIST, requests=250, batch_size=100)
     assert [b.lookups for b in gen] == [100, 100, 50]
+
+
+@pytest.mark.parametrize("n", [3, 10, 1000, 5_000_000_000, 2**62])
+def test_scatter_is_a_bijection_without_overflow(n):
+    from sdm.trace.generate import _affine_perm
+
+    a, c = _affine_perm(n, np.random.default_rng(0))
+    assert math.gcd(a, n) == 1 and a * (n - 1) + c < 2**63
+    if n <= 1000:
+        r = np.arange(n, dtype=np.int64)
+        assert np.unique((r * a + c) % n).size == n
+    gen = generate("zipf", tables=1, table_size=n, batches=1, batch_size=64)
+    ids = gen.batch(0).indices[0]
+    assert ids.min() >= 0 and ids.max() < n

@@ -300,8 +300,13 @@ def _affine_perm(n: int, rng) -> tuple[int, int]:
     """A seeded bijection ``r -> (a r + c) mod n`` of ``[0, n)`` (``gcd(a, n) = 1``)."""
     if n <= 2:
         return 1, int(rng.integers(0, n))
+    # a * r must fit int64 for r < n: tables beyond ~3e9 rows get a smaller multiplier
+    hi = min(n, (2**63 - 1) // n)
+    if hi < 3:
+        return 1, int(rng.integers(0, n))
+    lo = max(2, min(n // 3, hi // 3))  # far from 1 so neighbouring ranks land far apart
     while True:
-        a = int(rng.integers(n // 3, n))  # far from 1 so neighbouring ranks land far apart
+        a = int(rng.integers(lo, hi))
         if math.gcd(a, n) == 1:
             return a, int(rng.integers(0, n))
 
