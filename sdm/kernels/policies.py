@@ -5,7 +5,7 @@ A cache of ``capacity`` slots is a tuple of preallocated contiguous arrays made 
 of the store. The policy owns metadata only (which key sits in which slot, recency,
 frequency, ghosts); the rows live in a buffer the caller indexes by slot.
 
-Every request goes through :func:`access_one`:
+Every request goes through ``_access`` (looped by :func:`serve`):
 
 ``find`` (id -> slot map) -> hit: ``on_hit`` (promote / count)
 miss: ``admit?`` -> ``pre_miss`` (ghost look-ups, ARC adaptation) -> free slot, or
@@ -158,7 +158,7 @@ def make_admission_state(kind: int, capacity: int, *, threshold: int = 2,
 # --------------------------------------------------------------------------- lists
 
 
-@jit
+@jit(_nrt=False, inline='always')
 def _push_head(meta, base, prev, nxt, s):
     head = meta[base]
     prev[s] = -1
@@ -171,7 +171,7 @@ def _push_head(meta, base, prev, nxt, s):
     meta[base + 2] += 1
 
 
-@jit
+@jit(_nrt=False, inline='always')
 def _unlink(meta, base, prev, nxt, s):
     p = prev[s]
     n = nxt[s]
@@ -191,7 +191,7 @@ def _unlink(meta, base, prev, nxt, s):
 # --------------------------------------------------------------------------- heap (min)
 
 
-@jit
+@jit(_nrt=False, inline='always')
 def _heap_up(prio, heap, hpos, i):
     s = heap[i]
     ps = prio[s]
@@ -207,7 +207,7 @@ def _heap_up(prio, heap, hpos, i):
     hpos[s] = i
 
 
-@jit
+@jit(_nrt=False, inline='always')
 def _heap_down(prio, heap, hpos, i, n):
     s = heap[i]
     ps = prio[s]
@@ -227,7 +227,7 @@ def _heap_down(prio, heap, hpos, i, n):
     hpos[s] = i
 
 
-@jit
+@jit(_nrt=False, inline='always')
 def _heap_push(st, s):
     meta, prio, heap, hpos = st[0], st[8], st[9], st[10]
     n = meta[M_HEAPN]
@@ -237,7 +237,7 @@ def _heap_push(st, s):
     _heap_up(prio, heap, hpos, n)
 
 
-@jit
+@jit(_nrt=False, inline='always')
 def _heap_remove(st, s):
     meta, prio, heap, hpos = st[0], st[8], st[9], st[10]
     n = meta[M_HEAPN] - 1
@@ -253,7 +253,7 @@ def _heap_remove(st, s):
     _heap_down(prio, heap, hpos, hpos[last], n)
 
 
-@jit
+@jit(_nrt=False, inline='always')
 def _heap_fix(st, s):
     meta, prio, heap, hpos = st[0], st[8], st[9], st[10]
     _heap_up(prio, heap, hpos, hpos[s])
@@ -263,7 +263,7 @@ def _heap_fix(st, s):
 # --------------------------------------------------------------------------- ghosts
 
 
-@jit
+@jit(_nrt=False, inline='always')
 def _ghost_add(st, q, key):
     """Remember an evicted key in ghost queue ``q`` (FIFO: the oldest ghost is dropped)."""
     meta, gtable, gkey, gprev, gnext, gq, gfree = st[0], st[13], st[14], st[15], st[16], st[17], st[18]
@@ -281,7 +281,7 @@ def _ghost_add(st, q, key):
     _push_head(meta, G_BASE + 3 * q, gprev, gnext, g)
 
 
-@jit
+@jit(_nrt=False, inline='always')
 def _ghost_drop(st, g):
     meta, gtable, gkey, gprev, gnext, gq, gfree = st[0], st[13], st[14], st[15], st[16], st[17], st[18]
     _unlink(meta, G_BASE + 3 * gq[g], gprev, gnext, g)
@@ -294,7 +294,7 @@ def _ghost_drop(st, g):
 # --------------------------------------------------------------------------- policy steps
 
 
-@jit
+@jit(_nrt=False, inline='always')
 def _on_hit(st, pol, s, t, nu):
     meta = st[0]
     freq = st[6]
@@ -319,7 +319,7 @@ def _on_hit(st, pol, s, t, nu):
         _heap_fix(st, s)
 
 
-@jit
+@jit(_nrt=False, inline='always')
 def _pre_miss(st, pol, key):
     """Ghost bookkeeping of a miss before any eviction (S3-FIFO, ARC)."""
     meta = st[0]
@@ -358,7 +358,7 @@ def _pre_miss(st, pol, key):
                 _ghost_drop(st, meta[G_BASE + 4])
 
 
-@jit
+@jit(_nrt=False, inline='always')
 def _scan_unpinned(st, pol):
     """Fallback victim when the policy's own choice is pinned: the best unpinned heap slot."""
     meta, prio, heap, pins = st[0], st[8], st[9], st[11]
@@ -370,7 +370,7 @@ def _scan_unpinned(st, pol):
     return best
 
 
-@jit
+@jit(_nrt=False, inline='always')
 def _tail_unpinned(meta, base, prev, pins):
     s = meta[base + 1]
     while s >= 0 and pins[s] > 0:
@@ -378,7 +378,7 @@ def _tail_unpinned(meta, base, prev, pins):
     return s
 
 
-@jit
+@jit(_nrt=False, inline='always')
 def _choose_victim(st, pol):
     """Slot to evict (all slots are occupied), or -1 if every candidate is pinned.
 
@@ -475,7 +475,7 @@ def _choose_victim(st, pol):
     return -1
 
 
-@jit
+@jit(_nrt=False, inline='always')
 def _evict(st, pol, s, ghost):
     """The one eviction funnel: unlink slot ``s`` from the policy, remember it in a ghost
     queue when ``ghost`` (S3-FIFO small queue, ARC), drop it from the map, free the slot.
@@ -504,7 +504,7 @@ def _evict(st, pol, s, ghost):
     return key
 
 
-@jit
+@jit(_nrt=False, inline='always')
 def _insert(st, pol, s, key, t, nu):
     meta, prev, nxt, freq, sq = st[0], st[4], st[5], st[6], st[7]
     st[3][s] = key
@@ -543,14 +543,14 @@ def _insert(st, pol, s, key, t, nu):
 # --------------------------------------------------------------------------- admission
 
 
-@jit
+@jit(_nrt=False, inline='always')
 def _sketch_index(h, row, wmask):
     h1 = h & np.uint64(0xFFFFFFFF)
     h2 = (h >> np.uint64(32)) | np.uint64(1)
     return np.int64((h1 + np.uint64(row) * h2) & np.uint64(wmask))
 
 
-@jit
+@jit(_nrt=False, inline='always')
 def _tinylfu_record(adm, key):
     ameta, sketch, door = adm[0], adm[2], adm[3]
     wmask = ameta[A_WMASK]
@@ -572,7 +572,7 @@ def _tinylfu_record(adm, key):
         ameta[A_ADDS] = 0
 
 
-@jit
+@jit(_nrt=False, inline='always')
 def _tinylfu_estimate(adm, key):
     ameta, sketch, door = adm[0], adm[2], adm[3]
     wmask = ameta[A_WMASK]
@@ -586,7 +586,7 @@ def _tinylfu_estimate(adm, key):
     return est + door[d]
 
 
-@jit
+@jit(_nrt=False, inline='always')
 def _threshold_admit(adm, key):
     ameta, counts = adm[0], adm[1]
     n = hm_find(counts, key)
@@ -605,8 +605,8 @@ def _threshold_admit(adm, key):
 # --------------------------------------------------------------------------- request
 
 
-@jit
-def access_one(st, adm, key, nu):
+@jit(_nrt=False, inline='always')
+def _access(st, adm, key, nu, pol):
     """Serve one request for ``key`` (next use ``nu``, read by belady only).
 
     Returns ``(hit, slot, evicted)``: on a hit the key's slot; on a miss the slot now
@@ -614,7 +614,6 @@ def access_one(st, adm, key, nu):
     victim pinned), and the key evicted to make room (-1 when none).
     """
     meta = st[0]
-    pol = meta[M_POL]
     t = meta[M_TIME]
     meta[M_TIME] = t + 1
     kind = adm[0][A_KIND]
@@ -648,42 +647,37 @@ def access_one(st, adm, key, nu):
     return False, s, evicted
 
 
-@jit
-def access_batch(st, adm, keys, next_use, hit, slot, evicted):
-    """Serve ``keys`` in order; fill ``hit`` (bool), ``slot`` and ``evicted`` (int64), all
-    ``(n,)``. ``next_use`` is ``(n,)`` int64 for belady, else length 0. Returns hits."""
+@jit(_nrt=False)
+def serve(st, adm, keys, next_use, hit, slot, evicted):
+    """Serve ``keys`` (``(n,)`` int64) in order; the one per-request loop of the simulator
+    and the live cache. Returns the number of hits.
+
+    ``next_use``: ``(n,)`` int64 next-request positions for belady, else length 0.
+    ``hit`` (bool), ``slot``, ``evicted`` (int64): ``(n,)`` outputs, each filled only when
+    it has n entries (the simulator passes empty arrays it does not need).
+    """
     n = keys.shape[0]
     have_nu = next_use.shape[0] == n
+    want_hit = hit.shape[0] == n
+    want_slot = slot.shape[0] == n
+    want_evicted = evicted.shape[0] == n
+    pol = st[0][M_POL]
     hits = 0
     for i in range(n):
         nu = next_use[i] if have_nu else NEVER
-        h, s, e = access_one(st, adm, keys[i], nu)
-        hit[i] = h
-        slot[i] = s
-        evicted[i] = e
-        hits += h
-    return hits
-
-
-@jit
-def run_trace(st, adm, keys, next_use, mask):
-    """Simulator loop: serve ``keys``; when ``mask`` has n entries record hits in it.
-    Returns the number of hits."""
-    n = keys.shape[0]
-    have_nu = next_use.shape[0] == n
-    want_mask = mask.shape[0] == n
-    hits = 0
-    for i in range(n):
-        nu = next_use[i] if have_nu else NEVER
-        h, s, e = access_one(st, adm, keys[i], nu)
+        h, s, e = _access(st, adm, keys[i], nu, pol)
         if h:
             hits += 1
-        if want_mask:
-            mask[i] = h
+        if want_hit:
+            hit[i] = h
+        if want_slot:
+            slot[i] = s
+        if want_evicted:
+            evicted[i] = e
     return hits
 
 
-@jit
+@jit(_nrt=False)
 def peek_batch(st, keys, out):
     """``out[i]`` = slot of ``keys[i]`` or -1, without touching policy state."""
     for i in range(keys.shape[0]):
@@ -691,7 +685,7 @@ def peek_batch(st, keys, out):
     return out
 
 
-@jit
+@jit(_nrt=False)
 def remove_batch(st, keys, out):
     """Drop ``keys`` from the cache (no ghost); ``out[i]`` = freed slot or -1."""
     meta = st[0]
@@ -706,7 +700,7 @@ def remove_batch(st, keys, out):
     return out
 
 
-@jit
+@jit(_nrt=False)
 def pin_batch(st, slots, delta):
     """Add ``delta`` to the pin count of each slot (counts never drop below 0)."""
     pins = st[11]

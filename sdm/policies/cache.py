@@ -220,7 +220,7 @@ class Cache:
         hit = np.empty(n, dtype=np.bool_)
         slot = np.empty(n, dtype=np.int64)
         evicted = np.empty(n, dtype=np.int64)
-        K.access_batch(self._state, self._adm, keys, nu, hit, slot, evicted)
+        K.serve(self._state, self._adm, keys, nu, hit, slot, evicted)
         return AccessResult(hit, slot, evicted)
 
     def lookup(self, keys) -> np.ndarray:
