@@ -304,7 +304,7 @@ def _affine_perm(n: int, rng) -> tuple[int, int]:
     hi = min(n, (2**63 - 1) // n)
     if hi < 3:
         return 1, int(rng.integers(0, n))
-    lo = max(2, min(n // 3, hi // 3))  # far from 1 so neighbouring ranks land far apart
+    lo = max(1, min(n // 3, hi // 3))  # far from 1 so neighbouring ranks land far apart
     while True:
         a = int(rng.integers(lo, hi))
         if math.gcd(a, n) == 1:
