@@ -94,8 +94,11 @@ class Metered(Tier):
         """
         self.inner.count_hits(n)
         if layout is not None and n:
+            start = time.perf_counter_ns()
             per_row = -(-layout.spec.row_bytes // self.device.access_bytes)
-            self._charge(n * per_row, n * layout.spec.row_bytes)
+            modeled = self._charge(n * per_row, n * layout.spec.row_bytes)
+            if self.io_mode == "paced":
+                wait_until_ns(start + modeled)
 
     def _charge(self, blocks: int, useful_bytes: int) -> int:
         modeled = self.device.service_ns(blocks, self.queue_depth)
