@@ -144,3 +144,17 @@ def test_stats_of_the_dram_preset_charge_dram_lines(store_path):
         (dram,) = store.stats()["tiers"]
     assert (dram["device"], dram["hits"], dram["reads"], dram["useful_bytes"]) == ("dram", 3, 6, 216)
     assert dram["modeled_ns"] == 600  # six 100 ns line reads at queue depth 1
+
+
+def test_paced_store_lookups_take_at_least_the_modeled_time(store_path):
+    import time
+
+    with sdm.Store.open(store_path, config=config_of("ssd", "paced")) as store:
+        ids = np.arange(0, 3000, 150)  # 20 rows in 20 distinct LMDB blocks
+        start = time.perf_counter_ns()
+        store.lookup("i8", ids)
+        wall = time.perf_counter_ns() - start
+        (ssd,) = store.stats()["tiers"]
+    assert ssd["reads"] == 20 and ssd["queue_depth"] == 16
+    assert ssd["modeled_ns"] == 2 * 85_000  # two waves of 16 and 4 reads, 85 us each
+    assert wall >= ssd["modeled_ns"]
