@@ -295,6 +295,16 @@ def _ghost_drop(st, g):
 
 
 @jit(_nrt=False, inline='always')
+def _belady_prio(nu, t):
+    # Min-heap priority: the farthest next use on top. Keys never requested again tie on
+    # NEVER; breaking the tie by recency (most recent first) keeps victims deterministic,
+    # which admission filters that compare against the victim need.
+    if nu >= NEVER:
+        return -(NEVER + t)
+    return -nu
+
+
+@jit(_nrt=False, inline='always')
 def _on_hit(st, pol, s, t, nu):
     meta = st[0]
     freq = st[6]
@@ -315,7 +325,7 @@ def _on_hit(st, pol, s, t, nu):
         st[7][s] = 1
         _push_head(meta, Q_BASE + 3, st[4], st[5], s)
     elif pol == BELADY:
-        st[8][s] = -nu
+        st[8][s] = _belady_prio(nu, t)
         _heap_fix(st, s)
 
 
@@ -523,7 +533,7 @@ def _insert(st, pol, s, key, t, nu):
         st[8][s] = (np.int64(1) << 40) | t
         _heap_push(st, s)
     elif pol == BELADY:
-        st[8][s] = -nu
+        st[8][s] = _belady_prio(nu, t)
         _heap_push(st, s)
     elif pol == S3FIFO:
         flag = meta[M_FLAG]

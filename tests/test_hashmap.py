@@ -1,0 +1,50 @@
+"""The open-addressing id -> slot map against a dict."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sdm.kernels.hashmap import (EMPTY, hm_delete, hm_find, hm_insert, make_hashmap_state,
+                                 table_size_for)
+
+keys = st.one_of(st.integers(0, 40), st.integers(0, 2**63 - 2),
+                 st.integers(0, 40).map(lambda k: k << 32))
+ops = st.lists(st.tuples(st.sampled_from(["ins", "del", "find"]), keys, st.integers(0, 10**6)),
+               max_size=300)
+
+
+@settings(max_examples=60)
+@given(ops=ops)
+def test_matches_dict(ops):
+    table = make_hashmap_state(64)
+    model = {}
+    for op, k, v in ops:
+        if op == "ins" and (k in model or len(model) < 64):
+            assert hm_insert(table, k, v) == (k not in model)
+            model[k] = v
+        elif op == "del":
+            assert hm_delete(table, k) == model.pop(k, -1)
+        else:
+            assert hm_find(table, k) == model.get(k, -1)
+    for k, v in model.items():
+        assert hm_find(table, k) == v
+    assert (table[0::2] != EMPTY).sum() == len(model)
+
+
+def test_load_factor_and_churn():
+    assert table_size_for(1000) >= 2000
+    table = make_hashmap_state(1000)
+    rng = np.random.default_rng(0)
+    live = {}
+    for _ in range(20000):  # heavy insert/delete churn must not leave broken clusters
+        k = int(rng.integers(0, 5000)) * 7919
+        if k in live:
+            assert hm_delete(table, k) == live.pop(k)
+        elif len(live) < 1000:
+            hm_insert(table, k, k + 1)
+            live[k] = k + 1
+    for k, v in live.items():
+        assert hm_find(table, k) == v
+    assert hm_find(table, 1) == -1
