@@ -444,3 +444,27 @@ def test_table_parallel_lookups(overlap):
     m.table_parallel = False
     np.testing.assert_array_equal(m.forward(dense, sparse, overlap=overlap), y)
     np.testing.assert_allclose(y, naive_forward(m, dense, sparse), atol=1e-5)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from([("dot", False), ("dot", True), ("cat", False)]),
+       st.lists(st.integers(1, 40), min_size=1, max_size=5), st.integers(1, 6), st.integers(0, 20),
+       st.integers(0, 2**32 - 1))
+def test_random_models_match_naive(op, tables, dim, batch, seed):
+    interaction, itself = op
+    bottom_out = dim if interaction == "dot" else 1 + seed % 7
+    arch = ModelPreset("h", dim, (3, 5, bottom_out), (4, 1), tuple(tables), 2, interaction, itself)
+    m = DLRM.random(arch, seed=seed % 1000)
+    dense, sparse = random_batch(np.random.default_rng(seed), m, batch, empty_share=0.4)
+    for overlap in (True, False):
+        np.testing.assert_allclose(m.forward(dense, sparse, overlap=overlap), naive_forward(m, dense, sparse),
+                                   rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("stmt", ["import sdm.model", "from sdm.model import load_npz, PRESETS",
+                                  "from sdm import model; model.DLRM"])
+def test_imports_without_cycles(stmt):
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-c", stmt], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
