@@ -314,9 +314,11 @@ class DLRM:
                 times.embeddings_s = self._collect(pending)  # re-raises a lookup error here
                 times.wait_s = time.perf_counter() - t0
         else:
-            times.embeddings_s = self._collect(
-                self._submit(checked, embeddings, pooled, lookup_threads, inline=True))
-            numba.set_num_threads(nthreads)  # an inline job may have changed the caller's count
+            try:
+                times.embeddings_s = self._collect(
+                    self._submit(checked, embeddings, pooled, lookup_threads, inline=True))
+            finally:
+                numba.set_num_threads(nthreads)  # an inline job may have changed the caller's count
             t0 = time.perf_counter()
             h = self.bottom(x)
             times.bottom_s = time.perf_counter() - t0
