@@ -100,7 +100,7 @@ def _lru_curve(keys, caps, sample_rate):
         hits_upto = np.cumsum(hist)
         hits_upto -= hist[0]
         idx = np.minimum(caps, hist.shape[0] - 1)
-        return 1.0 - hits_upto[idx] / n
+        return (n - hits_upto[idx]) / n
     # SHARDS (Waldspurger et al., FAST'15): keep keys whose hash falls below R * 2**24, so a
     # key is sampled with all its requests; sampled distances scale by 1/R. SHARDS-adj:
     # the sampled request count deviates from R * n mostly through a few hot keys that hit
@@ -121,8 +121,11 @@ def miss_ratio_curve(keys, capacities, *, policy="lru", sample_rate=None, admiss
     """Miss ratio at each capacity.
 
     For ``lru`` one pass computes every stack distance (Fenwick tree, O(n log n)) and the
-    curve is exact; with ``sample_rate`` in (0, 1] it runs SHARDS spatial sampling on that
-    fraction of the keys instead (approximate, for long traces). Other policies (and LRU
+    curve is exact; with ``sample_rate`` R in (0, 1] it runs SHARDS spatial sampling on
+    that fraction of the keys instead (approximate, for long traces: on 10M Zipf requests
+    over 10M keys at R = 0.01 it is within 0.01 of exact for caches of >= 100 / R keys;
+    smaller caches hold too few sampled keys and see the luck of which hot keys were
+    sampled). Other policies (and LRU
     with an admission filter) are simulated once per capacity on up to ``workers`` threads
     (default: all cores; the kernels release the GIL).
 
@@ -163,4 +166,5 @@ def miss_ratio_curve(keys, capacities, *, policy="lru", sample_rate=None, admiss
             hits = list(pool.map(one, caps.tolist()))
     else:
         hits = [one(c) for c in caps.tolist()]
-    return 1.0 - np.asarray(hits, dtype=np.float64) / keys.shape[0]
+    n = keys.shape[0]
+    return (n - np.asarray(hits, dtype=np.float64)) / n
