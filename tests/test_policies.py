@@ -132,7 +132,7 @@ def test_random_is_seeded():
 
 
 def test_large_64bit_keys():
-    keys = np.array([2**62, 2**63 - 2, 5, 2**62, 2**63 - 2, 5], dtype=np.int64)
+    keys = np.array([2**62, 2**63 - 1, 5, 2**62, 2**63 - 1, 5], dtype=np.int64)
     r = simulate(keys, policy="lru", capacity=3, return_mask=True)
     assert r.hit_mask.tolist() == [False] * 3 + [True] * 3
     r = simulate(keys.astype(np.uint64), policy="lru", capacity=3)

@@ -12,7 +12,7 @@ import bench_policies  # noqa: E402
 def test_bench_policies_quick(capsys):
     rows = bench_policies.main(["--quick", "--policies", "lru,sieve,belady"])
     assert [r[0] for r in rows] == ["lru", "sieve", "belady"]
-    for policy, rate_sdm, rate_lcs, ratio, mr_sdm, mr_lcs in rows:
+    for policy, rate_sdm, rate_lcs, rate_lcs_default, ratio, ratio_default, mr_sdm, mr_lcs in rows:
         assert rate_sdm > 0 and 0.0 <= mr_sdm <= 1.0
     out = capsys.readouterr().out
     assert "regret vs belady" in out

@@ -97,7 +97,7 @@ def make_cache_state(capacity: int, policy: int, *, seed: int = 0, small_ratio: 
     return (
         meta,
         fmeta,
-        make_hashmap_state(c),
+        make_hashmap_state(c, 4),
         np.full(c, -1, dtype=np.int64),             # 3 key of slot (-1: free)
         np.full(n_l, -1, dtype=np.int32),           # 4 prev (toward head)
         np.full(n_l, -1, dtype=np.int32),           # 5 next (toward tail)
@@ -108,7 +108,7 @@ def make_cache_state(capacity: int, policy: int, *, seed: int = 0, small_ratio: 
         np.full(n_h, -1, dtype=np.int32),           # 10 slot -> heap position
         np.zeros(c, dtype=np.int32),                # 11 pin count of slot
         np.arange(c - 1, -1, -1, dtype=np.int32),   # 12 free-slot stack (pops 0 first)
-        make_hashmap_state(g) if ghosts else np.full(8, -1, dtype=np.int64),  # 13 ghost map
+        make_hashmap_state(g, 4) if ghosts else np.full(8, -1, dtype=np.int64),  # 13 ghost map
         np.full(g, -1, dtype=np.int64),             # 14 ghost key
         np.full(g, -1, dtype=np.int32),             # 15 ghost prev
         np.full(g, -1, dtype=np.int32),             # 16 ghost next
@@ -309,8 +309,9 @@ def _on_hit(st, pol, s, t, nu):
     meta = st[0]
     freq = st[6]
     if pol == LRU:
-        _unlink(meta, Q_BASE, st[4], st[5], s)
-        _push_head(meta, Q_BASE, st[4], st[5], s)
+        if meta[Q_BASE] != s:  # hot keys are often already most recent
+            _unlink(meta, Q_BASE, st[4], st[5], s)
+            _push_head(meta, Q_BASE, st[4], st[5], s)
     elif pol == CLOCK or pol == SIEVE:
         freq[s] = 1
     elif pol == LFU:

@@ -41,7 +41,7 @@ def check_capacity(capacity) -> int:
 
 
 def check_keys(keys, *, what: str = "keys") -> np.ndarray:
-    """Validate a key stream: 1-D, integer dtype, every key in ``[0, 2**63 - 1)``.
+    """Validate a key stream: 1-D, integer dtype, every key in ``[0, 2**63 - 1]``.
 
     Returns a contiguous int64 array (a view when already one). Negative keys are refused
     because -1 marks an empty entry inside the id -> slot map.
@@ -53,17 +53,14 @@ def check_keys(keys, *, what: str = "keys") -> np.ndarray:
         if keys.size == 0 and keys.dtype == np.float64:  # np.asarray([]) is float64
             return np.empty(0, dtype=np.int64)
         raise InvalidArgumentError(f"{what} must have an integer dtype, got {keys.dtype}")
-    if keys.size and keys.dtype == np.uint64 and keys.max() > np.iinfo(np.int64).max - 1:
+    if keys.size and keys.dtype == np.uint64 and keys.max() > np.iinfo(np.int64).max:
         raise InvalidArgumentError(
-            f"{what} contains {int(keys.max())}, above the largest key {np.iinfo(np.int64).max - 1}")
+            f"{what} contains {int(keys.max())}, above the largest key {np.iinfo(np.int64).max}")
     keys = np.ascontiguousarray(keys, dtype=np.int64)
-    if keys.size:
+    if keys.size and keys.dtype.kind == "i":
         lo = int(keys.min())
         if lo < 0:
             raise InvalidArgumentError(f"{what} contains {lo}; keys must be >= 0")
-        if int(keys.max()) == np.iinfo(np.int64).max:
-            raise InvalidArgumentError(f"{what} contains {np.iinfo(np.int64).max}, above the "
-                                       f"largest key {np.iinfo(np.int64).max - 1}")
     return keys
 
 
