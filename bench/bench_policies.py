@@ -112,7 +112,7 @@ def run(n_requests, n_keys, alpha, capacity, policies, repeats, seed=0, out=prin
             rd = n_requests / statistics.median(td) if td else float("nan")
             rows.append((policy, rs, rl, rd, rs / rl if tl else float("nan"),
                          rs / rd if td else float("nan"), mr_s, mr_l))
-    belady = {r[0]: r[4] for r in rows}.get("belady")
+    belady = {r[0]: r[6] for r in rows}.get("belady")
     return rows, belady
 
 
