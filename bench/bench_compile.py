@@ -95,12 +95,12 @@ def check_stale(tmp: str) -> bool:
     again = run_child(cache, root)["checksum"]  # from the cache
     path = os.path.join(root, "sdm", "kernels", "bag.py")
     src = open(path).read()
-    marker = "out[b, j0 + j] = acc[j] * inv\n"
+    marker = "out[b, np.uint64(j0 + j)] = wide[j] * inv\n"
     if src.count(marker) < 1:
         print("stale check: marker not found in bag.py; skipped")
         return False
     # the fp32 core is the first kernel using the marker; +1 on every pooled value
-    src = src.replace(marker, "out[b, j0 + j] = acc[j] * inv + np.float32(1.0)\n", 1)
+    src = src.replace(marker, "out[b, np.uint64(j0 + j)] = wide[j] * inv + np.float32(1.0)\n", 1)
     with open(path, "w") as f:
         f.write(src)
     after = run_child(cache, root)["checksum"]

@@ -12,13 +12,25 @@ Every kernel is compiled through :func:`jit` so the flags live in one place:
 * ``fastmath`` is off by default: sums must match the reference summation order closely.
   Kernels that reassociate on purpose (vectorized pooling) ask for it explicitly.
 
+Threads: parallel kernels run on Numba's OpenMP layer. libgomp's threads spin-wait between
+parallel regions by default; on a machine whose cores are shared with other jobs both threads
+of a call can land on one core and the call then waits for scheduler ticks (measured on the
+2-core dev VM: ~8 ms per call, 195 ns per pooled row instead of ~35). Importing sdm therefore
+sets ``OMP_WAIT_POLICY=passive`` unless the environment already sets it; it takes effect when
+the OpenMP runtime loads (Numba's, at the first parallel call), so set it yourself, to
+``active`` on a dedicated machine, before importing sdm to choose otherwise.
+
 Kernels stay valid plain Python, so ``NUMBA_DISABLE_JIT=1`` runs them interpreted (for
 coverage and debugging).
 """
 
 from __future__ import annotations
 
-import numba
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # before numba loads libgomp; see above
+
+import numba  # noqa: E402
 
 __all__ = ["jit", "pjit", "prange"]
 
