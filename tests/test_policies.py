@@ -197,6 +197,11 @@ def test_remove_frees_slots(policy):
     cache.check_invariants()
     cache.access(np.arange(10, 60))
     cache.check_invariants()
+    # removing a pinned key also drops its pins: the freed slot is evictable again
+    s = int(cache.lookup([59])[0])
+    cache.pin([s])
+    cache.remove([59])
+    assert cache.pin_counts()[s] == 0
 
 
 def test_tinylfu_keeps_hot_keys_against_a_scan():
@@ -257,3 +262,45 @@ def test_empty_trace():
     r = simulate(np.empty(0, dtype=np.int64), policy="arc", capacity=3, return_mask=True)
     assert (r.hits, r.misses, r.miss_ratio, r.hit_mask.shape) == (0, 0, 0.0, (0,))
     assert simulate([], policy="lru", capacity=1).requests == 0
+
+
+@pytest.mark.parametrize("policy", sdm.POLICIES)
+@pytest.mark.parametrize("admission", [None, "threshold", "tinylfu"])
+def test_random_operations_keep_invariants(policy, admission):
+    """access / remove / pin / unpin in any order: the state stays consistent, pinned keys
+    stay, and every reported slot really holds its key right after the call."""
+    rng = np.random.default_rng(abs(hash((policy, admission))) % 2**32)
+    cache = Cache(16, policy, admission=admission)
+    pinned = {}
+    for step in range(300):
+        op = rng.integers(0, 10)
+        if op < 6:
+            keys = rng.integers(0, 60, int(rng.integers(1, 20)))
+            nu = (np.full(keys.shape, sdm.kernels.policies.NEVER) - rng.integers(0, 1000, keys.shape)
+                  if policy == "belady" else None)
+            before = {k: int(cache.lookup([k])[0]) for k in pinned}
+            r = cache.access(keys, next_use=nu)
+            for k, s in before.items():
+                assert cache.lookup([k])[0] == s  # pinned keys never move or leave
+            last = {}
+            for k, s in zip(keys.tolist(), r.slot.tolist()):
+                if s >= 0:
+                    last[s] = k
+            sk = cache.slot_keys()
+            for s, k in last.items():
+                assert sk[s] == k
+        elif op < 8:
+            drop = [k for k in rng.integers(0, 60, 3).tolist() if k not in pinned]
+            cache.remove(np.array(drop, dtype=np.int64))
+        elif op == 8 and len(pinned) < 10:
+            sk = cache.slot_keys()
+            occupied = np.flatnonzero(sk >= 0)
+            if occupied.size:
+                s = int(rng.choice(occupied))
+                if int(sk[s]) not in pinned:
+                    cache.pin([s])
+                    pinned[int(sk[s])] = s
+        elif pinned:
+            k = next(iter(pinned))
+            cache.unpin([pinned.pop(k)])
+        cache.check_invariants()

@@ -698,7 +698,8 @@ def peek_batch(st, keys, out):
 
 @jit(_nrt=False)
 def remove_batch(st, keys, out):
-    """Drop ``keys`` from the cache (no ghost); ``out[i]`` = freed slot or -1."""
+    """Drop ``keys`` from the cache (no ghost) and clear their slots' pins; ``out[i]`` =
+    freed slot or -1."""
     meta = st[0]
     pol = meta[M_POL]
     for i in range(keys.shape[0]):
@@ -706,6 +707,7 @@ def remove_batch(st, keys, out):
         out[i] = s
         if s >= 0:
             _evict(st, pol, s, False)
+            st[11][s] = 0
             st[12][meta[M_NFREE]] = s
             meta[M_NFREE] += 1
     return out

@@ -228,7 +228,8 @@ class Cache:
     def remove(self, keys) -> np.ndarray:
         """Drop keys (e.g. rows rewritten below); ``(n,)`` int64 freed slot or -1 if absent.
 
-        Freed slots are reused before any eviction. FIFO and CLOCK keep their hand over the
+        Removing a pinned key also clears its slot's pin count. Freed slots are reused
+        before any eviction. FIFO and CLOCK keep their hand over the
         slot ring, so a key inserted into a freed slot takes that slot's place in the ring
         (exact FIFO order holds for traces without removals).
         """
