@@ -12,7 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sdm
+from sdm._jit import jit
 from sdm.errors import InvalidArgumentError
+from sdm.kernels.policies import NEVER, access_one
 from sdm.policies import Admission, Cache, simulate
 
 from reference_policies import reference_hits
@@ -304,3 +306,23 @@ def test_random_operations_keep_invariants(policy, admission):
             k = next(iter(pinned))
             cache.unpin([pinned.pop(k)])
         cache.check_invariants()
+
+
+@jit
+def _access_one_loop(st, adm, keys, out):
+    # module level so Numba's on-disk cache keeps it (a closure would recompile every run)
+    for i in range(keys.shape[0]):
+        h, s, e = access_one(st, adm, keys[i], NEVER)
+        out[i] = h
+    return out
+
+
+def test_access_one_from_another_kernel():
+    """The per-request kernel the store's batch path inlines agrees with the simulator."""
+    loop = _access_one_loop
+    keys = np.load(os.path.join(DATA, "policies_golden_trace.npy"), allow_pickle=False)
+    for policy in ("lru", "s3fifo"):
+        cache = Cache(20, policy)
+        got = loop(cache._state, cache._adm, keys, np.zeros(keys.shape[0], dtype=np.bool_))
+        assert int((~got).sum()) == GOLDEN[policy][1]
+        assert cache.stats()["misses"] == GOLDEN[policy][1]

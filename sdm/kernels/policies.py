@@ -5,7 +5,8 @@ A cache of ``capacity`` slots is a tuple of preallocated contiguous arrays made 
 of the store. The policy owns metadata only (which key sits in which slot, recency,
 frequency, ghosts); the rows live in a buffer the caller indexes by slot.
 
-Every request goes through ``_access`` (looped by :func:`serve`):
+Every request goes through ``_access`` (looped by :func:`serve`, one request from another
+kernel: :func:`access_one`):
 
 ``find`` (id -> slot map) -> hit: ``on_hit`` (promote / count)
 miss: ``admit?`` -> ``pre_miss`` (ghost look-ups, ARC adaptation) -> free slot, or
@@ -656,6 +657,19 @@ def _access(st, adm, key, nu, pol):
         meta[M_EVICTIONS] += 1
     _insert(st, pol, s, key, t, nu)
     return False, s, evicted
+
+
+@jit(_nrt=False, inline='always')
+def access_one(st, adm, key, nu):
+    """Serve one request for ``key`` from inside another kernel (the store's batch path).
+
+    ``st`` from :func:`make_cache_state`, ``adm`` from :func:`make_admission_state`; ``nu``
+    is the request's next use for belady, else :data:`NEVER`. Returns ``(hit, slot,
+    evicted)`` like :func:`serve` per request, and updates the cache's counters. Inlined
+    into the caller at compile time (no per-call cost; the caller's compile takes ~20 s
+    once, then loads from Numba's cache).
+    """
+    return _access(st, adm, key, nu, st[0][M_POL])
 
 
 @jit(_nrt=False)
