@@ -1,0 +1,83 @@
+"""The DRAM cache's batch path: probe a batch of ids, plan where every row will sit.
+
+One call serves the distinct ids of one table in one batch, in ascending order, through
+the shared policy kernels (:func:`sdm.kernels.policies.access_one`), exactly the key stream
+the simulator replays, so the live cache and ``sdm.simulate`` count the same hits.
+
+Rows live in the caller's ``slots`` buffer: rows ``[0, capacity)`` are cache slots, rows
+``[capacity, len(slots))`` per-batch scratch. After :func:`probe_batch`, ``ptr[j]`` is the row of
+``slots`` that will hold id ``j``'s row for this batch, every ``ptr`` distinct:
+
+* a hit points at its slot;
+* an admitted miss points at the slot the policy gave it (filled by the caller after the
+  read from the tier below);
+* a miss the policy did not admit (admission filter, every victim pinned) points at scratch.
+
+A slot assigned to an id earlier in the same batch can be taken again by a later miss (the
+policy does not know the batch is still using it). The earlier owner is then moved to
+scratch: a hit's row is copied there at once (its bytes are in the slot now); a miss's row
+has not been read yet, so only its pointer moves. ``slot_epoch``/``slot_owner`` record which
+slot serves which id of the current batch; ``epoch`` changes every call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sdm._jit import jit
+from sdm.kernels.policies import NEVER, access_one
+
+
+@jit
+def probe_batch(ids, key_base, st, adm, slots, capacity, slot_epoch, slot_owner, epoch,
+                ptr, is_miss, counters):
+    """Probe ``ids`` and plan their rows.
+
+    Args:
+        ids: ``(u,)`` int64 distinct row ids of one table, ascending.
+        key_base: ``table_id << 48``; the cache key of id ``i`` is ``key_base | i``.
+        st, adm: policy and admission state (:func:`make_cache_state`, :func:`make_admission_state`).
+        slots: ``(capacity + scratch, slot_bytes)`` uint8 rows; needs ``scratch >= u``.
+        capacity: number of cache slots.
+        slot_epoch, slot_owner: ``(capacity,)`` int64: batch stamp and id position per slot.
+        epoch: this call's stamp (distinct from every earlier call's).
+        ptr: ``(u,)`` int64 out: row of ``slots`` serving each id.
+        is_miss: ``(u,)`` bool out: the id's row must be read from the tier below into
+            ``slots[ptr[j]]``.
+        counters: ``(3,)`` int64 in/out: hits, misses, misses not admitted.
+
+    Returns:
+        The number of scratch rows used.
+    """
+    scratch = capacity
+    for j in range(ids.shape[0]):
+        hit, s, _ = access_one(st, adm, key_base | ids[j], NEVER)
+        if hit:
+            counters[0] += 1
+            is_miss[j] = False
+        else:
+            counters[1] += 1
+            is_miss[j] = True
+            if s < 0:
+                counters[2] += 1
+                ptr[j] = scratch
+                scratch += 1
+                continue
+            if slot_epoch[s] == epoch:  # the slot still serves an earlier id of this batch
+                owner = slot_owner[s]
+                if not is_miss[owner]:
+                    slots[scratch, :] = slots[s, :]
+                ptr[owner] = scratch
+                scratch += 1
+        ptr[j] = s
+        slot_epoch[s] = epoch
+        slot_owner[s] = j
+    return scratch - capacity
+
+
+@jit
+def fill_rows(slots, ptr, rows):
+    """``slots[ptr[k], :row_bytes] = rows[k]`` for each fetched row ``k``."""
+    width = rows.shape[1]
+    for k in range(ptr.shape[0]):
+        slots[ptr[k], :width] = rows[k]

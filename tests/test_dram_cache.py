@@ -1,0 +1,107 @@
+"""The DRAM cache tier against plain arrays and against the simulator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import sdm
+from sdm.manifest import TableLayout, TableSpec
+from sdm.tiers.base import Tier
+from sdm.tiers.dram_cache import TABLE_SHIFT, DramCacheTier
+
+LIVE_POLICIES = [p for p in sdm.POLICIES if p != "belady"]
+
+
+class ArrayTier(Tier):
+    """Every table as an in-memory array; counts the rows it was asked for."""
+
+    name = "array"
+
+    def __init__(self, tables: dict[int, np.ndarray]):
+        self.tables = tables
+        self.requests: list[np.ndarray] = []
+
+    def read_rows(self, layout, ids, out):
+        self.requests.append(ids.copy())
+        np.take(self.tables[layout.table_id], ids, axis=0, out=out)
+
+    def row_offsets(self, layout, ids):
+        return ids * layout.spec.row_bytes
+
+
+def make_tables(specs, seed=0):
+    rng = np.random.default_rng(seed)
+    layouts, raw, floats = [], {}, {}
+    for i, spec in enumerate(specs):
+        layout = TableLayout.for_spec(spec, i)
+        rows = rng.standard_normal((spec.num_rows, spec.dim)).astype(np.float32)
+        raw[i] = sdm.quantize_rows(rows, spec.fmt)
+        floats[i] = sdm.dequantize_rows(raw[i], spec.fmt, spec.dim)
+        layouts.append(layout)
+    return layouts, raw, floats
+
+
+SPECS = [TableSpec("a", 50, 8, "fp32"), TableSpec("b", 40, 4, "fp16"), TableSpec("c", 30, 24, "int8")]
+
+
+@settings(max_examples=30)
+@given(policy=st.sampled_from(LIVE_POLICIES), capacity=st.integers(1, 40),
+       admission=st.sampled_from([None, "threshold", "tinylfu"]), data=st.data())
+def test_pooled_bags_and_hits_match_arrays_and_simulator(policy, capacity, admission, data):
+    layouts, raw, floats = make_tables(SPECS)
+    lower = ArrayTier(raw)
+    widest = max(s.row_bytes for s in SPECS)
+    cache = DramCacheTier(lower, capacity, widest, policy=policy, admission=admission)
+    stream = []
+    for _ in range(data.draw(st.integers(1, 6))):
+        t = data.draw(st.integers(0, len(SPECS) - 1))
+        spec, layout = SPECS[t], layouts[t]
+        sizes = data.draw(st.lists(st.integers(0, 8), min_size=1, max_size=6))
+        ids = np.array(data.draw(st.lists(st.integers(0, spec.num_rows - 1), min_size=sum(sizes),
+                                          max_size=sum(sizes))), dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        out = np.empty((len(sizes), spec.dim), dtype=np.float32)
+        cache.pool_bags(layout, ids, offsets, None, False, out)
+        want = np.stack([floats[t][ids[a:b]].sum(axis=0) for a, b in zip(offsets[:-1], offsets[1:])])
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+        stream.append((np.int64(t) << TABLE_SHIFT) | np.unique(ids))
+        cache.check_invariants()
+    keys = np.concatenate(stream)
+    sim = sdm.simulate(keys, policy=policy, capacity=capacity, admission=admission)
+    stats = cache.stats()
+    assert (stats["hits"], stats["misses"]) == (sim.hits, sim.misses)
+    # every miss, and nothing else, was read from the tier below
+    assert sum(len(r) for r in lower.requests) == stats["misses"]
+
+
+@pytest.mark.parametrize("policy", ["lru", "fifo", "s3fifo"])
+def test_read_rows_when_the_batch_overflows_the_cache(policy):
+    layouts, raw, floats = make_tables(SPECS[:1])
+    cache = DramCacheTier(ArrayTier(raw), 3, SPECS[0].row_bytes, policy=policy)
+    ids = np.arange(0, 50, 2, dtype=np.int64)  # 25 distinct rows through 3 slots
+    out = np.empty((len(ids), SPECS[0].row_bytes), dtype=np.uint8)
+    for _ in range(3):
+        cache.read_rows(layouts[0], ids, out)
+        np.testing.assert_array_equal(out, raw[0][ids])
+
+
+def test_invalidate_drops_only_that_table():
+    layouts, raw, _ = make_tables(SPECS)
+    cache = DramCacheTier(ArrayTier(raw), 100, max(s.row_bytes for s in SPECS))
+    for layout in layouts:
+        out = np.empty((5, layout.spec.row_bytes), dtype=np.uint8)
+        cache.read_rows(layout, np.arange(5, dtype=np.int64), out)
+    cache.invalidate(layouts[1])
+    assert cache.stats()["cached_rows"] == 10
+    raw[1][:5] = 0  # rows rewritten below: the cache must not serve the old ones
+    out = np.empty((5, layouts[1].spec.row_bytes), dtype=np.uint8)
+    cache.read_rows(layouts[1], np.arange(5, dtype=np.int64), out)
+    assert not out.any()
+
+
+def test_belady_is_refused_for_a_live_cache():
+    with pytest.raises(sdm.errors.ConfigError, match="belady"):
+        DramCacheTier(ArrayTier({}), 10, 8, policy="belady")
