@@ -133,10 +133,13 @@ class LruCacheTier(Tier):
     def check_invariants(self) -> None:
         """Raise AssertionError if the key map, free list and slot counter disagree."""
         slots = list(self._map.values())
-        assert len(slots) <= self.capacity
-        assert len(set(slots)) == len(slots)
-        assert not set(slots) & set(self._free)
-        assert len(slots) + len(self._free) == self._used <= self.capacity
+        # Explicit raises, not asserts: the checks must hold under ``python -O`` too.
+        if len(slots) > self.capacity or len(set(slots)) != len(slots):
+            raise AssertionError("more keys than slots, or a slot holding two keys")
+        if set(slots) & set(self._free):
+            raise AssertionError("a slot is both in use and free")
+        if not len(slots) + len(self._free) == self._used <= self.capacity:
+            raise AssertionError("used-slot counter disagrees with the map and free list")
 
     def stats(self):
         return {"hits": self._hits, "misses": self._misses, "capacity_rows": self.capacity,
