@@ -288,6 +288,11 @@ class Store:
             self._lookups += lookups
             self._batches += batches
 
+    def modeled_ns(self) -> int:
+        """Simulated device time since open: the busy time of every tier, charged in turn
+        to one clock. The difference around a call is that call's modeled IO time."""
+        return self._hierarchy.modeled_ns()
+
     def stats(self) -> dict:
         """Counters since open: ``lookups``, ``batches``, and ``tiers``, a list (fast to slow)
         of ``{name, hits, misses, reads, bytes_read, modeled_ns, ...}`` per tier."""
