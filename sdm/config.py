@@ -8,12 +8,15 @@ TOML layout (tiers fast to slow; unknown keys are errors)::
 
     name = "my-hierarchy"          # optional, defaults to the file's stem
     io_mode = "modeled"            # optional: modeled (default) | paced | direct
+    pooled_cache_bytes = 8388608   # optional: a pooled-embedding cache of this many bytes
+    placement = "placement.npz"    # optional: a placement (``sdm place``), relative to this file
 
     [[tiers]]
     kind = "cache"                 # dram | cache | mmap | lmdb  (TIER_KINDS)
     device = "dram"                # a preset of sdm.DEVICES (default per kind)
     capacity_bytes = 67108864      # or capacity_rows = 1000000; a cache needs one
-    policy = "lru"                 # caches only
+    policy = "lru"                 # caches only: a name of sdm.POLICIES except belady
+    admission = "tinylfu"          # caches only, optional: threshold | tinylfu
 
     [[tiers]]
     kind = "mmap"
@@ -41,15 +44,16 @@ from dataclasses import dataclass, field
 
 from sdm.devices import DeviceSpec, get_device
 from sdm.errors import ConfigError
+from sdm.policies import ADMISSIONS, POLICIES
 
 __all__ = [
     "TierConfig", "HierarchyConfig", "HIERARCHY_PRESETS", "TIER_KINDS", "IO_MODES",
-    "resolve_config", "load_toml", "with_io_mode", "DEFAULT_DEVICES", "CACHE_POLICIES",
+    "resolve_config", "load_toml", "with_io_mode", "with_options", "DEFAULT_DEVICES", "CACHE_POLICIES",
 ]
 
 TIER_KINDS = ("dram", "cache", "mmap", "lmdb")
 IO_MODES = ("modeled", "paced", "direct")
-CACHE_POLICIES = ("lru",)
+CACHE_POLICIES = tuple(p for p in POLICIES if p != "belady")  # belady needs the future
 MAX_QUEUE_DEPTH = 1024
 # The device each kind is metered by when a tier names none.
 DEFAULT_DEVICES = {"dram": "dram", "cache": "dram", "mmap": "optane-p4800x-4k", "lmdb": "nand-p4500"}
@@ -64,7 +68,9 @@ class TierConfig:
     * ``dram`` — every row of every table in RAM (loaded from the durable LMDB copy on
       first use);
     * ``cache`` — a fixed number of rows of any tables (needs ``capacity_rows`` or
-      ``capacity_bytes``), misses read from the next tier and admitted; ``policy`` ``lru``;
+      ``capacity_bytes``), misses read from the next tier and admitted through ``policy``
+      (:data:`CACHE_POLICIES`, default ``lru``) and an optional ``admission`` filter
+      (``threshold`` or ``tinylfu``);
     * ``mmap`` — the SCM row file of each table (derived from LMDB, rebuilt when stale),
       read through mmap, or with O_DIRECT in ``direct`` mode;
     * ``lmdb`` — the store's LMDB environment, read a block at a time.
@@ -81,6 +87,7 @@ class TierConfig:
     capacity_rows: int | None = None
     capacity_bytes: int | None = None
     policy: str | None = None
+    admission: str | None = None
     queue_depth: int = 1
 
     def __post_init__(self):
@@ -109,8 +116,12 @@ class TierConfig:
             if policy not in CACHE_POLICIES:
                 raise ConfigError(f"{where}: policy {policy!r} is not one of {CACHE_POLICIES}")
             object.__setattr__(self, "policy", policy)
-        elif self.policy is not None:
-            raise ConfigError(f"{where}: policy {self.policy!r} applies only to kind 'cache'")
+            if self.admission is not None and self.admission not in ADMISSIONS:
+                raise ConfigError(f"{where}: admission {self.admission!r} is not one of {ADMISSIONS}")
+        else:
+            for name in ("policy", "admission"):
+                if getattr(self, name) is not None:
+                    raise ConfigError(f"{where}: {name} {getattr(self, name)!r} applies only to kind 'cache'")
         q = self.queue_depth
         if isinstance(q, bool) or not isinstance(q, int) or not 1 <= q <= MAX_QUEUE_DEPTH:
             raise ConfigError(f"{where}: queue_depth must be an integer in [1, {MAX_QUEUE_DEPTH}], got {q!r}")
@@ -126,11 +137,19 @@ class HierarchyConfig:
 
     Every ``cache`` tier must be followed by a tier holding all rows; the first tier holding
     all rows must be the last (nothing below it would ever be read).
+
+    ``pooled_cache_bytes``: bytes of the pooled-embedding cache in front of the hierarchy
+    (0, the default, for none). ``placement``: a :class:`sdm.placement.Placement` or the
+    path of one (``sdm place``): tables pinned whole in DRAM, hot rows pinned in the first
+    cache, and the row order of the SCM row files; pinned bytes come out of the first
+    cache's capacity.
     """
 
     name: str
     tiers: tuple[TierConfig, ...] = field(default_factory=tuple)
     io_mode: str = "modeled"
+    pooled_cache_bytes: int = 0
+    placement: object = None
 
     def __post_init__(self):
         object.__setattr__(self, "tiers", tuple(self.tiers))
@@ -142,6 +161,11 @@ class HierarchyConfig:
                                   f"got {type(tier).__name__}")
         if self.io_mode not in IO_MODES:
             raise ConfigError(f"io_mode {self.io_mode!r} is not one of {IO_MODES}")
+        b = self.pooled_cache_bytes
+        if isinstance(b, bool) or not isinstance(b, int) or b < 0:
+            raise ConfigError(f"hierarchy {self.name!r}: pooled_cache_bytes must be an integer >= 0, got {b!r}")
+        if isinstance(self.placement, os.PathLike):
+            object.__setattr__(self, "placement", os.fspath(self.placement))
         full = [i for i, t in enumerate(self.tiers) if t.holds_all_rows]
         if not full:
             raise ConfigError(f"hierarchy {self.name!r}: the last tier must hold all rows "
@@ -154,6 +178,27 @@ class HierarchyConfig:
 def with_io_mode(config, io_mode: str) -> HierarchyConfig:
     """``config`` (anything :func:`resolve_config` takes) with another ``io_mode``."""
     return dataclasses.replace(resolve_config(config), io_mode=io_mode)
+
+
+def with_options(config, **changes) -> HierarchyConfig:
+    """``config`` (anything :func:`resolve_config` takes) with hierarchy fields replaced
+    (``io_mode``, ``pooled_cache_bytes``, ``placement``) and, through ``cache_bytes``,
+    ``policy`` and ``admission``, its first cache tier changed (ConfigError without one)."""
+    config = resolve_config(config)
+    cache = {k: changes.pop(k) for k in ("cache_bytes", "policy", "admission") if k in changes}
+    if cache:
+        first = next((i for i, t in enumerate(config.tiers) if t.kind == "cache"), None)
+        if first is None:
+            raise ConfigError(f"hierarchy {config.name!r} has no cache tier to set {sorted(cache)} on")
+        tc = config.tiers[first]
+        if "cache_bytes" in cache:
+            tc = dataclasses.replace(tc, capacity_bytes=cache.pop("cache_bytes"), capacity_rows=None)
+        tc = dataclasses.replace(tc, **cache)
+        changes["tiers"] = config.tiers[:first] + (tc,) + config.tiers[first + 1:]
+    try:
+        return dataclasses.replace(config, **changes)
+    except TypeError as exc:
+        raise ConfigError(f"hierarchy {config.name!r}: {exc}") from None
 
 
 _MiB = 1 << 20
@@ -207,6 +252,11 @@ def load_toml(path) -> HierarchyConfig:
     if not isinstance(tiers, list) or not all(isinstance(t, dict) for t in tiers):
         raise ConfigError(f"{path}: 'tiers' must be an array of tables ([[tiers]])")
     data["tiers"] = tuple(_build(TierConfig, t, f"{path}: tiers[{i}]") for i, t in enumerate(tiers))
+    placement = data.get("placement")
+    if placement is not None:
+        if not isinstance(placement, str):
+            raise ConfigError(f"{path}: placement must be a file path string, got {placement!r}")
+        data["placement"] = os.path.join(os.path.dirname(os.path.abspath(path)), placement)
     return _build(HierarchyConfig, data, path)
 
 

@@ -112,3 +112,13 @@ def dequantize_rows(raw, fmt: str, dim: int) -> np.ndarray:
         return raw.view(np.float16).reshape(n, dim).astype(np.float32)
     tail = np.ascontiguousarray(raw[:, dim:]).view(np.float32)
     return raw[:, :dim].astype(np.float32) * tail[:, :1] + tail[:, 1:]
+
+
+def typed_rows(raw: np.ndarray, fmt: str) -> np.ndarray:
+    """View raw ``(n, row_bytes) uint8`` rows as the array the pooling kernels take for
+    ``fmt``: float32 or float16 ``(n, dim)``, or the uint8 rows themselves for int8."""
+    if fmt == "fp32":
+        return raw.view(np.float32)
+    if fmt == "fp16":
+        return raw.view(np.float16)
+    return raw

@@ -5,6 +5,12 @@ sit in front of it and whether it serves lookups itself. Every tier is wrapped i
 :class:`~sdm.tiers.metered.Metered` device model charging one shared simulated clock. A
 lookup probes tiers fast to slow: a cache serves its hits and reads its misses from the
 tier below (metered there), admitting them; the last tier holds every row.
+
+A placement (``config.placement``, see :mod:`sdm.placement`) adds three decisions: tables
+pinned whole in DRAM (served from a resident copy, shown as the ``pinned`` tier; their
+bytes come out of the first cache's capacity), hot rows pinned in the first cache, and
+the order rows are laid out in the SCM row files (so rows looked up together share device
+blocks).
 """
 
 from __future__ import annotations
@@ -16,9 +22,12 @@ import numpy as np
 from sdm.clock import SimClock
 from sdm.config import HierarchyConfig, TierConfig
 from sdm.errors import ConfigError
+from sdm.formats import typed_rows
+from sdm.kernels.dedup import unique_inverse
 from sdm.manifest import Manifest, TableLayout
+from sdm.pooling import pool
 from sdm.tiers import DramTier, LmdbTier, Tier
-from sdm.tiers.cache import LruCacheTier
+from sdm.tiers.dram_cache import DramCacheTier
 from sdm.tiers.lmdb import RowDB
 from sdm.tiers.metered import Metered
 from sdm.tiers.mmap import MmapTier
@@ -36,9 +45,14 @@ class Hierarchy:
         self.clock = clock if clock is not None else SimClock()
         directory = os.path.dirname(db.path)
         tables = Manifest.read(directory).tables
+        self.placement = _load_placement(config, tables)
+        by_name = {t.name: t for t in tables}
+        pinned_tables = [by_name[n] for n in self.placement.pinned_tables] if self.placement else []
+        self._pinned_ids = {t.table_id for t in pinned_tables}
         widest = max((t.spec.row_bytes for t in tables), default=1)
         total_rows = sum(t.spec.num_rows for t in tables)
         total_bytes = sum(t.spec.num_rows * t.spec.row_bytes for t in tables)
+        first_cache = next((i for i, t in enumerate(config.tiers) if t.kind == "cache"), None)
         backing = LmdbTier(db)
         built: list[Tier] = []
         lower: Tier | None = None
@@ -46,17 +60,16 @@ class Hierarchy:
             tc = config.tiers[index]
             where = f"hierarchy {config.name!r} tiers[{index}] ({tc.kind})"
             if tc.kind == "cache":
-                rows = tc.capacity_rows if tc.capacity_rows is not None else tc.capacity_bytes // widest
-                if rows < 1:
-                    raise ConfigError(f"{where}: capacity_bytes {tc.capacity_bytes} holds no row of "
-                                      f"{widest} bytes (the widest row of the store)")
-                inner: Tier = LruCacheTier(lower, rows, widest, name=_tier_name(config, index))
+                inner: Tier = DramCacheTier(
+                    lower, self._cache_rows(tc, widest, pinned_tables if index == first_cache else [], where),
+                    widest, policy=tc.policy, admission=tc.admission, name=_tier_name(config, index))
             else:
                 _check_capacity(tc, total_rows, total_bytes, where)
                 if tc.kind == "dram":
                     inner = DramTier(backing)
                 elif tc.kind == "mmap":
-                    inner = MmapTier(db, directory)
+                    order = {} if self.placement is None else self.placement.row_order
+                    inner = MmapTier(db, directory, row_order=order) if order else MmapTier(db, directory)
                 else:
                     inner = backing
             lower = Metered(inner, tc.device, self.clock, io_mode=config.io_mode,
@@ -64,33 +77,117 @@ class Hierarchy:
             built.append(lower)
         self.tiers: list[Metered] = built[::-1]
         self._top = self.tiers[0]
+        self._cache: DramCacheTier | None = self._top.inner if isinstance(self._top.inner, DramCacheTier) else None
+        # Tables pinned whole: a resident copy metered as DRAM. Under a `dram` top tier every
+        # table is resident already, so there is nothing to pin.
+        self._pinned: Metered | None = None
+        if pinned_tables and config.tiers[0].kind != "dram":
+            self._pinned = Metered(DramTier(backing), "dram", self.clock, io_mode=config.io_mode,
+                                   name="pinned")
+        self._pin_plan: dict[int, np.ndarray] = {}
+        if self._cache is not None and self.placement is not None:
+            for name, ids in self.placement.pinned_rows.items():
+                if len(ids) and by_name[name].table_id not in self._pinned_ids:
+                    self._pin_plan[by_name[name].table_id] = ids
+            for layout in tables:
+                self._pin(layout)
+
+    def _cache_rows(self, tc: TierConfig, widest: int, pinned_tables, where: str) -> int:
+        """Slots of a cache tier: its capacity less the bytes of tables pinned whole."""
+        pinned = sum(t.spec.num_rows * t.spec.row_bytes for t in pinned_tables)
+        budget = tc.capacity_rows * widest if tc.capacity_rows is not None else tc.capacity_bytes
+        rows = (budget - pinned) // widest
+        if rows < 1:
+            raise ConfigError(f"{where}: capacity {budget} bytes holds no row of {widest} bytes (the "
+                              f"widest row of the store)" + (f" once {pinned} bytes of pinned tables "
+                                                              f"are taken out" if pinned else ""))
+        return rows
+
+    def _pin(self, layout: TableLayout) -> None:
+        # Loading pinned rows is setup, not serving: read through the tier below's own
+        # medium, uncharged, so device counters show the traffic only.
+        ids = self._pin_plan.get(layout.table_id)
+        if ids is not None and layout.generation is not None:
+            lower = self._cache.lower
+            self._cache.pin_rows(layout, ids, source=getattr(lower, "inner", lower))
+
+    def _serving(self, layout: TableLayout) -> Metered:
+        return self._pinned if self._pinned is not None and layout.table_id in self._pinned_ids else self._top
 
     def resident(self, layout: TableLayout) -> np.ndarray | None:
         """The whole table in memory when the serving tier keeps it so, else None."""
-        return self._top.resident(layout)
+        return self._serving(layout).resident(layout)
 
     def count_resident_hits(self, n: int, layout: TableLayout | None = None) -> None:
         """Record ``n`` rows of ``layout`` pooled straight from :meth:`resident`."""
-        self._top.count_hits(n, layout)
+        self._serving(layout).count_hits(n, layout)
 
     def read_rows(self, layout: TableLayout, ids: np.ndarray, out: np.ndarray) -> None:
         """Rows ``ids`` (sorted, unique int64) into ``out`` ``(n, row_bytes) uint8``, probing
         the tiers fast to slow."""
-        self._top.read_rows(layout, ids, out)
+        self._serving(layout).read_rows(layout, ids, out)
+
+    def pool(self, layout: TableLayout, indices: np.ndarray, offsets: np.ndarray, weights,
+             mean: bool, out: np.ndarray) -> np.ndarray:
+        """Pool validated bags of ``layout``'s table into ``out`` ``(B, dim) float32``.
+
+        A resident table is pooled in place; under a cache the bags are pooled straight
+        from its slots after one probe of the batch's distinct ids; otherwise the distinct
+        rows are read once from the serving tier and pooled from that buffer.
+        """
+        tier = self._serving(layout)
+        fmt = layout.spec.fmt
+        table = tier.resident(layout)
+        if table is not None:
+            tier.count_hits(len(indices), layout)
+            return pool(typed_rows(table, fmt), indices, offsets, weights, mean, fmt, out)
+        if tier is self._top and self._cache is not None:
+            tier.pool_bags(layout, indices, offsets, weights, mean, out)
+            return out
+        unique, inverse = unique_inverse(indices)
+        rows = np.empty((len(unique), layout.spec.row_bytes), dtype=np.uint8)
+        tier.read_rows(layout, unique, rows)
+        return pool(typed_rows(rows, fmt), inverse, offsets, weights, mean, fmt, out)
+
+    def prefetch(self, layout: TableLayout, ids: np.ndarray) -> bool:
+        """Bring rows ``ids`` (sorted, unique int64) into the first cache ahead of use and pin
+        them until :meth:`release`. Returns False (nothing done) when no cache serves the
+        table: then every row is served from a tier that holds them all anyway."""
+        if self._cache is None or self._serving(layout) is not self._top:
+            return False
+        self._cache.prefetch(layout, ids)
+        return True
+
+    def release(self, layout: TableLayout, ids: np.ndarray) -> None:
+        """Unpin rows a :meth:`prefetch` of ``layout``'s table pinned."""
+        if self._cache is not None:
+            self._cache.release(layout, ids)
 
     def invalidate(self, layout: TableLayout) -> None:
-        for tier in self.tiers:
+        """``layout``'s rows changed: every tier forgets them, slow to fast (so a cache's
+        pinned rows are loaded again from tiers that hold the new ones)."""
+        for tier in self.tiers[::-1]:
             tier.invalidate(layout)
+        if self._pinned is not None:
+            self._pinned.invalidate(layout)
+        if self._cache is not None:
+            self._pin(layout)
 
     def stats(self) -> list[dict]:
         """Per tier, fast to slow: ``name``, ``kind``, ``device``, ``hits``, ``misses``,
         ``reads``, ``bytes_read``, ``useful_bytes``, ``read_amplification``, ``modeled_ns``,
-        ``energy_j``, ``wall_ns``, ``io_mode``, ``queue_depth`` and tier-specific counters."""
+        ``energy_j``, ``wall_ns``, ``io_mode``, ``queue_depth`` and tier-specific counters.
+        With tables pinned whole, a ``pinned`` DRAM tier comes first."""
         rows = []
-        for tc, tier in zip(self.config.tiers, self.tiers):
+        kinds = [tc.kind for tc in self.config.tiers]
+        tiers = list(self.tiers)
+        if self._pinned is not None:
+            kinds.insert(0, "dram")
+            tiers.insert(0, self._pinned)
+        for kind, tier in zip(kinds, tiers):
             counters = {"hits": 0, "misses": 0}
             counters.update(tier.stats())
-            rows.append({"name": tier.name, "kind": tc.kind, **counters})
+            rows.append({"name": tier.name, "kind": kind, **counters})
         return rows
 
     def modeled_ns(self) -> int:
@@ -100,6 +197,24 @@ class Hierarchy:
     def close(self) -> None:
         for tier in self.tiers:
             tier.close()
+        if self._pinned is not None:
+            self._pinned.close()
+
+
+def _load_placement(config: HierarchyConfig, tables):
+    """The config's placement (a Placement or a path), checked against the store's tables."""
+    if config.placement is None:
+        return None
+    from sdm.placement import Placement  # only hierarchies with a placement need it
+
+    placement = config.placement
+    if isinstance(placement, str):
+        placement = Placement.load(placement)
+    elif not isinstance(placement, Placement):
+        raise ConfigError(f"hierarchy {config.name!r}: placement must be a path or an "
+                          f"sdm.placement.Placement, got {type(placement).__name__}")
+    placement.validate({t.name: t.spec for t in tables})
+    return placement
 
 
 def _tier_name(config: HierarchyConfig, index: int) -> str:

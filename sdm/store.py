@@ -20,6 +20,7 @@ import shutil
 import threading
 import uuid
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -32,10 +33,11 @@ from sdm.errors import (
 from sdm.formats import dequantize_rows, quantize_rows
 from sdm.hierarchy import Hierarchy
 from sdm.manifest import MANIFEST_NAME, Manifest, TableLayout, TableSpec, fsync_dir
-from sdm.pooling import check_ids, check_mode, check_offsets, check_weights, pool
+from sdm.kernels.dedup import unique_inverse
+from sdm.pooling import check_ids, check_mode, check_offsets, check_weights
 from sdm.tiers.lmdb import RowDB
 
-__all__ = ["Store", "TableSpec"]
+__all__ = ["Store", "TableSpec", "PrefetchTicket"]
 
 _LOCK_NAME = "write.lock"
 _CHUNK_BYTES = 8 << 20  # float32 input rows quantized per step while writing a table
@@ -219,9 +221,9 @@ class Store:
             self._hierarchy.count_resident_hits(len(ids), layout)
             raw = table[ids]
         else:
-            unique, inverse = np.unique(ids, return_inverse=True)
+            unique, inverse = unique_inverse(ids)
             raw_unique = np.empty((len(unique), spec.row_bytes), dtype=np.uint8)
-            self._hierarchy.read_rows(layout, unique.astype(np.int64, copy=False), raw_unique)
+            self._hierarchy.read_rows(layout, unique, raw_unique)
             raw = raw_unique[inverse]
         return dequantize_rows(raw, spec.fmt, spec.dim)
 
@@ -248,6 +250,11 @@ class Store:
 
         Every request is validated before any is served.
         """
+        checked = self._check_requests(requests, mode)
+        self._count(sum(len(c[1]) for c in checked), 1)
+        return {c[0].name: self._pool(*c) for c in checked}
+
+    def _check_requests(self, requests, mode) -> list[tuple]:
         if not isinstance(requests, Mapping):
             raise InvalidArgumentError(f"requests must be a mapping of table name to (indices, offsets), "
                                        f"got {type(requests).__name__}")
@@ -259,8 +266,7 @@ class Store:
                     f"(indices, offsets, per_sample_weights)")
             weights = request[2] if len(request) == 3 else None
             checked.append(self._check_bag(name, request[0], request[1], mode, weights))
-        self._count(sum(len(c[1]) for c in checked), 1)
-        return {c[0].name: self._pool(*c) for c in checked}
+        return checked
 
     def _check_bag(self, name, indices, offsets, mode, per_sample_weights):
         layout = self._readable(name)
@@ -271,17 +277,42 @@ class Store:
         return layout, indices, offsets, weights, mean
 
     def _pool(self, layout, indices, offsets, weights, mean):
-        spec = layout.spec
-        out = np.empty((len(offsets) - 1, spec.dim), dtype=np.float32)
-        table = self._hierarchy.resident(layout)
-        if table is not None:
-            self._hierarchy.count_resident_hits(len(indices), layout)
-        else:
-            unique, inverse = np.unique(indices, return_inverse=True)
-            table = np.empty((len(unique), spec.row_bytes), dtype=np.uint8)
-            self._hierarchy.read_rows(layout, unique.astype(np.int64, copy=False), table)
-            indices = inverse.astype(np.int64, copy=False).reshape(-1)
-        return pool(_typed_rows(table, spec), indices, offsets, weights, mean, spec.fmt, out)
+        out = np.empty((len(offsets) - 1, layout.spec.dim), dtype=np.float32)
+        return self._hierarchy.pool(layout, indices, offsets, weights, mean, out)
+
+    # -- prefetch ----------------------------------------------------------------------
+
+    def prefetch(self, requests: Mapping[str, tuple]) -> "PrefetchTicket":
+        """Read the rows of an upcoming batch into the DRAM cache ahead of its use, pinned
+        so nothing can evict them before the batch is served; then serve the batch with
+        :meth:`embedding_bags` and hand the ticket to :meth:`release`.
+
+        ``requests`` as for :meth:`embedding_bags` (validated the same way). Tables not
+        served through a cache (resident, pinned whole, or no cache in the hierarchy) need
+        no prefetch and are skipped. The reads are charged to the devices like any other;
+        whether they overlap other work is the caller's schedule (see
+        :class:`sdm.prefetch.Lookahead`).
+        """
+        checked = self._check_requests(requests, "sum")
+        pinned = []
+        for layout, indices, _, _, _ in checked:
+            unique = unique_inverse(indices)[0]
+            if len(unique) and self._hierarchy.prefetch(layout, unique):
+                pinned.append((layout, unique))
+        return PrefetchTicket(tuple(pinned))
+
+    def release(self, ticket: "PrefetchTicket") -> None:
+        """Unpin the rows :meth:`prefetch` pinned (their batch has been served). Releasing
+        a ticket twice raises InvalidArgumentError."""
+        if not isinstance(ticket, PrefetchTicket):
+            raise InvalidArgumentError(f"release takes the ticket prefetch returned, got {type(ticket).__name__}")
+        if self._closed:
+            raise StoreError(f"store {self.path} is closed")
+        if ticket.released:
+            raise InvalidArgumentError("this prefetch ticket was released already")
+        ticket.released = True
+        for layout, ids in ticket.rows:
+            self._hierarchy.release(layout, ids)
 
     def _count(self, lookups: int, batches: int) -> None:
         with self._counter_lock:
@@ -300,13 +331,16 @@ class Store:
                 "config": self.config.name, "tiers": self._hierarchy.stats()}
 
 
-def _typed_rows(raw: np.ndarray, spec: TableSpec) -> np.ndarray:
-    """View raw ``(n, row_bytes) uint8`` rows as the array the kernels take for ``spec.fmt``."""
-    if spec.fmt == "fp32":
-        return raw.view(np.float32)
-    if spec.fmt == "fp16":
-        return raw.view(np.float16)
-    return raw
+@dataclass
+class PrefetchTicket:
+    """What :meth:`Store.prefetch` pinned: ``rows``, ``(layout, sorted ids)`` per table."""
+
+    rows: tuple
+    released: bool = False
+
+    @property
+    def num_rows(self) -> int:
+        return sum(len(ids) for _, ids in self.rows)
 
 
 def _row_chunks(spec: TableSpec, rows):

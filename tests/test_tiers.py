@@ -1,20 +1,18 @@
-"""One conformance suite run against every tier (bare and metered, every IO mode); the SCM row
-file's rebuild rules; the LRU cache tier against an ``OrderedDict`` reference."""
+"""One conformance suite run against every tier (bare and metered, every IO mode, the DRAM
+cache alone and chained); the SCM row file's rebuild rules. The DRAM cache's policy
+behaviour is tested against the simulator in ``test_dram_cache.py``."""
 
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import sdm
 from sdm.clock import SimClock
 from sdm.manifest import Manifest, TableLayout
-from sdm.tiers import DramTier, LmdbTier, LruCacheTier, Metered, MmapTier, Tier
+from sdm.tiers import DramTier, LmdbTier, DramCacheTier, Metered, MmapTier, Tier
 from sdm.tiers.lmdb import RowDB
 from sdm.tiers.mmap import HEADER_BYTES, rowfile_path
 
@@ -68,11 +66,11 @@ def make_tier(kind, db, directory):
     if kind == "mmap-direct":
         return DirectTier(MmapTier(db, directory))
     if kind == "cache":  # a small cache, so batches both hit and evict
-        return LruCacheTier(Metered(MmapTier(db, directory), "optane-p4800x-512"), 64, 4400)
+        return DramCacheTier(Metered(MmapTier(db, directory), "optane-p4800x-512"), 64, 4400)
     if kind == "cache-chain":
         clock = SimClock()
-        lower = LruCacheTier(Metered(LmdbTier(db), "nand-p4500", clock), 200, 4400, name="cache2")
-        return LruCacheTier(Metered(lower, "optane-p4800x-512", clock), 50, 4400)
+        lower = DramCacheTier(Metered(LmdbTier(db), "nand-p4500", clock), 200, 4400, name="cache2")
+        return DramCacheTier(Metered(lower, "optane-p4800x-512", clock), 50, 4400)
     kind, mode = kind.split(":")
     return Metered(make_tier(kind, db, directory), "nand-p4500", io_mode=mode, queue_depth=4)
 
@@ -213,66 +211,3 @@ def test_damaged_row_file_is_rebuilt_never_served(small_store, where):
     out, rebuilds, _ = mmap_read(directory, [3])
     assert rebuilds == 1
     np.testing.assert_array_equal(out, sdm.quantize_rows(rows_of(spec), "int8")[[3]])
-
-
-# -- the LRU cache tier ------------------------------------------------------------------------
-
-class ZeroTier(Tier):
-    """Row i of every table is bytes equal to i % 256 (cheap, checkable)."""
-
-    name = "zero"
-
-    def read_rows(self, layout, ids, out):
-        out[:] = (ids % 256).astype(np.uint8)[:, None]
-
-    def row_offsets(self, layout, ids):
-        return np.asarray(ids, dtype=np.int64) * layout.spec.row_bytes
-
-
-def reference_lru(batches, capacity):
-    """The cache's documented semantics, one key at a time with an OrderedDict."""
-    cache: OrderedDict = OrderedDict()
-    hits = 0
-    for keys in batches:
-        present = [k for k in keys if k in cache]
-        hits += len(present)
-        for k in present:
-            cache.move_to_end(k)
-        missing = [k for k in keys if k not in present][-capacity:]
-        for k in missing:
-            if len(cache) >= capacity:
-                cache.popitem(last=False)
-            cache[k] = True
-    return hits, list(cache)
-
-
-@settings(max_examples=60)
-@given(capacity=st.integers(1, 12), data=st.data())
-def test_lru_cache_matches_the_reference(capacity, data):
-    layouts = [TableLayout(sdm.TableSpec(f"t{i}", 40, 4, "fp32"), i, 16, 1) for i in range(2)]
-    cache = LruCacheTier(ZeroTier(), capacity, 16)
-    batches = []
-    for _ in range(data.draw(st.integers(1, 12))):
-        t = data.draw(st.integers(0, 1))
-        ids = np.array(sorted(set(data.draw(st.lists(st.integers(0, 39), max_size=15)))), dtype=np.int64)
-        out = np.empty((len(ids), 16), dtype=np.uint8)
-        cache.read_rows(layouts[t], ids, out)
-        np.testing.assert_array_equal(out, (ids % 256).astype(np.uint8)[:, None].repeat(16, 1))
-        batches.append([(t, int(i)) for i in ids])
-        cache.check_invariants()
-    hits, order = reference_lru(batches, capacity)
-    assert cache.stats()["hits"] == hits
-    assert cache.cached_keys() == order
-
-
-def test_cache_invalidate_drops_only_that_table():
-    layouts = [TableLayout(sdm.TableSpec(f"t{i}", 40, 4, "fp32"), i, 16, 1) for i in range(2)]
-    cache = LruCacheTier(ZeroTier(), 10, 16)
-    for layout in layouts:
-        cache.read_rows(layout, np.arange(4, dtype=np.int64), np.empty((4, 16), np.uint8))
-    cache.invalidate(layouts[0])
-    assert cache.cached_keys() == [(1, i) for i in range(4)]
-    cache.check_invariants()
-    served = cache.read_rows(layouts[0], np.arange(6, dtype=np.int64), np.empty((6, 16), np.uint8))
-    assert not served.any() and len(cache.cached_keys()) == 10
-    cache.check_invariants()

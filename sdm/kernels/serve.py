@@ -28,9 +28,14 @@ from sdm._jit import jit
 from sdm.kernels.policies import NEVER, access_one
 
 
+# counters of probe_batch
+C_HITS, C_MISSES, C_REJECTED, C_PREFETCH_USED, C_PREFETCH_WASTED = range(5)
+N_COUNTERS = 5
+
+
 @jit
 def probe_batch(ids, key_base, st, adm, slots, capacity, slot_epoch, slot_owner, epoch,
-                ptr, is_miss, counters):
+                slot_flag, prefetch, ptr, is_miss, counters):
     """Probe ``ids`` and plan their rows.
 
     Args:
@@ -41,34 +46,49 @@ def probe_batch(ids, key_base, st, adm, slots, capacity, slot_epoch, slot_owner,
         capacity: number of cache slots.
         slot_epoch, slot_owner: ``(capacity,)`` int64: batch stamp and id position per slot.
         epoch: this call's stamp (distinct from every earlier call's).
+        slot_flag: ``(capacity,)`` uint8: 1 while a slot holds a row a prefetch read that no
+            demand batch has used yet.
+        prefetch: True for a prefetch: every row it places (hit or admitted miss) is pinned
+            at once, so no later id of the same call, nor any later batch, can evict it
+            before its batch releases it; admitted misses are flagged.
         ptr: ``(u,)`` int64 out: row of ``slots`` serving each id.
         is_miss: ``(u,)`` bool out: the id's row must be read from the tier below into
             ``slots[ptr[j]]``.
-        counters: ``(3,)`` int64 in/out: hits, misses, misses not admitted.
+        counters: ``(N_COUNTERS,)`` int64 in/out: hits, misses, misses not admitted,
+            prefetched rows used by a demand hit, prefetched rows evicted unused.
 
     Returns:
         The number of scratch rows used.
     """
+    pins = st[11]
     scratch = capacity
     for j in range(ids.shape[0]):
         hit, s, _ = access_one(st, adm, key_base | ids[j], NEVER)
         if hit:
-            counters[0] += 1
+            counters[C_HITS] += 1
             is_miss[j] = False
+            if slot_flag[s] and not prefetch:
+                counters[C_PREFETCH_USED] += 1
+                slot_flag[s] = 0
         else:
-            counters[1] += 1
+            counters[C_MISSES] += 1
             is_miss[j] = True
             if s < 0:
-                counters[2] += 1
+                counters[C_REJECTED] += 1
                 ptr[j] = scratch
                 scratch += 1
                 continue
+            if slot_flag[s]:  # the evicted row was prefetched and never used
+                counters[C_PREFETCH_WASTED] += 1
+            slot_flag[s] = 1 if prefetch else 0
             if slot_epoch[s] == epoch:  # the slot still serves an earlier id of this batch
                 owner = slot_owner[s]
                 if not is_miss[owner]:
                     slots[scratch, :] = slots[s, :]
                 ptr[owner] = scratch
                 scratch += 1
+        if prefetch:
+            pins[s] += 1
         ptr[j] = s
         slot_epoch[s] = epoch
         slot_owner[s] = j

@@ -8,6 +8,11 @@ tier below (its device model counts the blocks), one scatter into the slots, one
 gather straight from the slots.
 
 Cache keys are ``table_id << 48 | row id``, so one cache (and one policy) spans all tables.
+
+Two ways rows enter besides demand misses, both pinning their slots so no policy decision
+can evict them: :meth:`pin_rows` (hot rows a placement keeps resident for good) and
+:meth:`prefetch` (rows of an upcoming batch, pinned until :meth:`release` after that batch
+was served — the eviction-before-use bug class of lookahead prefetchers cannot happen).
 """
 
 from __future__ import annotations
@@ -17,10 +22,13 @@ import threading
 import numpy as np
 
 from sdm.errors import ConfigError
+from sdm.formats import typed_rows
 from sdm.kernels.dedup import unique_inverse
-from sdm.kernels.serve import fill_rows, probe_batch
+from sdm.kernels.serve import (C_HITS, C_MISSES, C_PREFETCH_USED, C_PREFETCH_WASTED, C_REJECTED,
+                               N_COUNTERS, fill_rows, probe_batch)
 from sdm.manifest import TableLayout
 from sdm.policies import Cache
+from sdm.policies.cache import _no_admission
 from sdm.pooling import pool
 from sdm.tiers.base import Tier
 
@@ -28,6 +36,7 @@ __all__ = ["DramCacheTier", "TABLE_SHIFT"]
 
 TABLE_SHIFT = 48  # row ids are < 2**48 (TableSpec's limit)
 _MIN_SCRATCH = 1024
+_LINE = 64  # slots start on cache lines, so a row costs exactly ceil(row_bytes / 64) lines
 
 
 class DramCacheTier(Tier):
@@ -36,7 +45,7 @@ class DramCacheTier(Tier):
     Args:
         lower: the tier misses are read from (usually a :class:`~sdm.tiers.metered.Metered`).
         capacity_rows: cache slots, >= 1.
-        slot_bytes: bytes per slot: the widest row of the store.
+        slot_bytes: bytes per slot: the widest row of the store (rounded up to 64 here).
         policy: a name of ``sdm.POLICIES`` (not ``belady``, which needs the future).
         admission: None, ``"threshold"``, ``"tinylfu"`` or an :class:`sdm.policies.Admission`.
 
@@ -56,13 +65,18 @@ class DramCacheTier(Tier):
         self.lower = lower
         self.directory = Cache(capacity_rows, policy, admission=admission, seed=seed)
         self.capacity = self.directory.capacity
-        self.slot_bytes = slot_bytes
+        self.slot_bytes = -(-slot_bytes // _LINE) * _LINE
         # np.empty: slots never filled cost address space, not RAM.
-        self._slots = np.empty((self.capacity + _MIN_SCRATCH, slot_bytes), dtype=np.uint8)
+        self._slots = np.empty((self.capacity + _MIN_SCRATCH, self.slot_bytes), dtype=np.uint8)
         self._slot_epoch = np.full(self.capacity, -1, dtype=np.int64)
         self._slot_owner = np.zeros(self.capacity, dtype=np.int64)
+        self._slot_flag = np.zeros(self.capacity, dtype=np.uint8)
         self._epoch = 0
-        self._counters = np.zeros(3, dtype=np.int64)  # hits, misses, not admitted
+        self._counters = np.zeros(N_COUNTERS, dtype=np.int64)  # demand batches
+        self._prefetch_counters = np.zeros(N_COUNTERS, dtype=np.int64)
+        self._prefetched = 0  # rows read from below by prefetches
+        self._pinned: dict[int, np.ndarray] = {}  # table id -> ids pinned by pin_rows
+        self._bypass = _no_admission()  # pins and prefetches are decided, not filtered
         self._lock = threading.Lock()
 
     @property
@@ -71,10 +85,9 @@ class DramCacheTier(Tier):
 
     # -- the batch path ----------------------------------------------------------------
 
-    def _serve(self, layout: TableLayout, unique: np.ndarray) -> np.ndarray:
-        """Make every row of ``unique`` (sorted distinct ids) present in ``self._slots`` for
-        this batch; returns ``ptr``, the row of the slot buffer holding each. Caller holds
-        the lock until it has read the rows."""
+    def _probe(self, layout: TableLayout, unique: np.ndarray, *, prefetch: bool = False):
+        """Probe distinct ascending ``unique`` and plan their rows (:func:`probe_batch`);
+        returns ``(ptr, is_miss)``. Caller holds the lock."""
         u = unique.shape[0]
         if self._slots.shape[0] - self.capacity < u:  # rare: grow scratch geometrically
             grown = np.empty((self.capacity + max(u, 2 * (self._slots.shape[0] - self.capacity)),
@@ -85,50 +98,127 @@ class DramCacheTier(Tier):
         ptr = np.empty(u, dtype=np.int64)
         is_miss = np.empty(u, dtype=np.bool_)
         probe_batch(unique, np.int64(layout.table_id) << TABLE_SHIFT, self.directory._state,
-                    self.directory._adm, self._slots, self.capacity, self._slot_epoch,
-                    self._slot_owner, self._epoch, ptr, is_miss, self._counters)
-        missing = np.flatnonzero(is_miss)
+                    self._bypass if prefetch else self.directory._adm, self._slots, self.capacity,
+                    self._slot_epoch, self._slot_owner, self._epoch, self._slot_flag, prefetch,
+                    ptr, is_miss, self._prefetch_counters if prefetch else self._counters)
+        return ptr, is_miss
+
+    def _fill(self, layout: TableLayout, unique: np.ndarray, ptr: np.ndarray, missing: np.ndarray) -> None:
+        """Read rows ``unique[missing]`` from the tier below into their planned slots."""
         if missing.size:
             fetched = np.empty((missing.size, layout.spec.row_bytes), dtype=np.uint8)
             self.lower.read_rows(layout, unique[missing], fetched)
             fill_rows(self._slots, ptr[missing], fetched)
-        return ptr
+
+    def _serve(self, layout: TableLayout, unique: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Make every row of ``unique`` present in ``self._slots`` for this batch; returns
+        ``(ptr, is_miss)``. Caller holds the lock until it has read the rows."""
+        ptr, is_miss = self._probe(layout, unique)
+        self._fill(layout, unique, ptr, np.flatnonzero(is_miss))
+        return ptr, is_miss
 
     def _view(self, layout: TableLayout) -> np.ndarray:
         raw = self._slots if layout.spec.row_bytes == self.slot_bytes else self._slots[:, : layout.spec.row_bytes]
-        if layout.spec.fmt == "fp32":
-            return raw.view(np.float32)
-        if layout.spec.fmt == "fp16":
-            return raw.view(np.float16)
-        return raw
+        return typed_rows(raw, layout.spec.fmt)
 
-    def pool_bags(self, layout: TableLayout, indices, offsets, weights, mean: bool, out) -> np.ndarray:
-        """Pool bags of validated ``indices``/``offsets`` straight from the cache's slots."""
+    def pool_bags(self, layout: TableLayout, indices, offsets, weights, mean: bool, out) -> int:
+        """Pool bags of validated ``indices``/``offsets`` into ``out`` ``(B, dim) float32``
+        straight from the cache's slots; returns the number of distinct rows that hit."""
         unique, inverse = unique_inverse(indices)
         with self._lock:
-            ptr = self._serve(layout, unique)
-            return pool(self._view(layout), ptr[inverse], offsets, weights, mean, layout.spec.fmt, out)
+            ptr, is_miss = self._serve(layout, unique)
+            pool(self._view(layout), ptr[inverse], offsets, weights, mean, layout.spec.fmt, out)
+        return int(unique.shape[0] - np.count_nonzero(is_miss))
 
     def read_rows(self, layout, ids, out):
         with self._lock:
-            ptr = self._serve(layout, ids)
+            ptr, is_miss = self._serve(layout, ids)
             np.take(self._slots[:, : layout.spec.row_bytes], ptr, axis=0, out=out)
+        return ~is_miss
+
+    # -- pins and prefetch -------------------------------------------------------------
+
+    def pin_rows(self, layout: TableLayout, ids: np.ndarray, *, source: Tier | None = None) -> None:
+        """Load rows ``ids`` (sorted, unique int64) from ``source`` (default the tier below)
+        and pin them for good (a placement's hot rows). They count against the capacity;
+        demand counters are not touched. Pins of the table made earlier are kept.
+
+        Raises:
+            ConfigError: the pins would leave no slot for the rest of the traffic.
+        """
+        with self._lock:
+            already = sum(len(v) for t, v in self._pinned.items() if t != layout.table_id)
+            if already + len(ids) >= self.capacity:
+                raise ConfigError(
+                    f"cache {self.name!r}: pinning {already + len(ids)} rows leaves no slot of its "
+                    f"{self.capacity} for other rows; pin fewer or give the cache more capacity")
+            self._pinned[layout.table_id] = ids
+            scratch = np.zeros(N_COUNTERS, dtype=np.int64)
+            self._epoch += 1
+            ptr = np.empty(len(ids), dtype=np.int64)
+            is_miss = np.empty(len(ids), dtype=np.bool_)
+            probe_batch(ids, np.int64(layout.table_id) << TABLE_SHIFT, self.directory._state,
+                        self._bypass, self._slots, self.capacity, self._slot_epoch, self._slot_owner,
+                        self._epoch, self._slot_flag, True, ptr, is_miss, scratch)
+            missing = np.flatnonzero(is_miss)
+            if missing.size:
+                fetched = np.empty((missing.size, layout.spec.row_bytes), dtype=np.uint8)
+                (source or self.lower).read_rows(layout, ids[missing], fetched)
+                fill_rows(self._slots, ptr[missing], fetched)
+            self._slot_flag[ptr[ptr < self.capacity]] = 0  # pinned for good, not a prefetch
+
+    def prefetch(self, layout: TableLayout, ids: np.ndarray) -> int:
+        """Bring rows ``ids`` (sorted, unique int64) of an upcoming batch into the cache and
+        pin them until :meth:`release`; rows already cached are pinned too. Returns the rows
+        read from the tier below. Rows that find no unpinned slot are skipped (counted as
+        not admitted)."""
+        with self._lock:
+            ptr, is_miss = self._probe(layout, ids, prefetch=True)
+            missing = np.flatnonzero(is_miss & (ptr < self.capacity))
+            self._fill(layout, ids, ptr, missing)
+            self._prefetched += int(missing.size)
+            return int(missing.size)
+
+    def release(self, layout: TableLayout, ids: np.ndarray) -> None:
+        """Unpin rows ``ids`` pinned by :meth:`prefetch` (their batch has been served)."""
+        with self._lock:
+            slots = self.directory.lookup((np.int64(layout.table_id) << TABLE_SHIFT) | ids)
+            self.directory.unpin(slots[slots >= 0])
+
+    # -- the rest of the tier contract --------------------------------------------------
 
     def row_offsets(self, layout, ids):
         slots = self.directory.lookup((np.int64(layout.table_id) << TABLE_SHIFT) | np.asarray(ids, np.int64))
         return np.where(slots >= 0, slots, 0) * self.slot_bytes
 
     def invalidate(self, layout):
+        """Drop the table's rows, pinned ones included (their owner pins the new ones)."""
         with self._lock:
             keys = self.directory.slot_keys()
             mine = keys[(keys >= 0) & ((keys >> TABLE_SHIFT) == layout.table_id)]
-            self.directory.remove(mine)
+            freed = self.directory.remove(mine)
+            self._slot_flag[freed[freed >= 0]] = 0
+            self._pinned.pop(layout.table_id, None)
 
     def stats(self):
-        hits, misses, rejected = (int(x) for x in self._counters)
-        return {"hits": hits, "misses": misses, "not_admitted": rejected,
-                "capacity_rows": self.capacity, "cached_rows": len(self.directory),
-                "policy": self.policy}
+        c, p = self._counters, self._prefetch_counters
+        hits, misses, rejected = int(c[C_HITS]), int(c[C_MISSES]), int(c[C_REJECTED])
+        used = int(c[C_PREFETCH_USED])
+        out = {"hits": hits, "misses": misses, "not_admitted": rejected,
+               "capacity_rows": self.capacity, "cached_rows": len(self.directory),
+               "pinned_rows": sum(len(v) for v in self._pinned.values()),
+               "policy": self.policy,
+               "admission": None if self.directory.admission is None else self.directory.admission.kind}
+        if self._prefetched or p[C_HITS] or p[C_MISSES]:
+            out.update({
+                "prefetched": self._prefetched, "prefetch_already_cached": int(p[C_HITS]),
+                "prefetch_skipped": int(p[C_REJECTED]), "prefetch_used": used,
+                "prefetch_wasted": int(c[C_PREFETCH_WASTED] + p[C_PREFETCH_WASTED]),
+                # of the rows the demand path needed from below, the share prefetch had read
+                "prefetch_coverage": used / (used + misses) if used + misses else 0.0,
+                # of the rows prefetch read, the share a demand batch used
+                "prefetch_accuracy": used / self._prefetched if self._prefetched else 0.0})
+        return out
 
     def check_invariants(self) -> None:
         """Raise AssertionError if the directory is inconsistent (tests)."""

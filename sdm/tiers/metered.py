@@ -94,11 +94,25 @@ class Metered(Tier):
         """
         self.inner.count_hits(n)
         if layout is not None and n:
-            start = time.perf_counter_ns()
-            per_row = -(-layout.spec.row_bytes // self.device.access_bytes)
-            modeled = self._charge(n * per_row, n * layout.spec.row_bytes)
-            if self.io_mode == "paced":
-                wait_until_ns(start + modeled)
+            self._charge_rows(n, layout, time.perf_counter_ns())
+
+    def pool_bags(self, layout, indices, offsets, weights, mean, out) -> int:
+        """Pool bags from a cache's slots (the inner tier's ``pool_bags``), charging the
+        rows it served itself; slots are cache-line aligned, so each row costs exactly
+        ``ceil(row_bytes / access_bytes)`` blocks of a 64-byte-line device."""
+        start = time.perf_counter_ns()
+        hits = self.inner.pool_bags(layout, indices, offsets, weights, mean, out)
+        if hits:
+            self._charge_rows(hits, layout, start)
+        with self._lock:
+            self._wall_ns += time.perf_counter_ns() - start
+        return hits
+
+    def _charge_rows(self, n: int, layout: TableLayout, start: int) -> None:
+        per_row = -(-layout.spec.row_bytes // self.device.access_bytes)
+        modeled = self._charge(n * per_row, n * layout.spec.row_bytes)
+        if self.io_mode == "paced":
+            wait_until_ns(start + modeled)
 
     def _charge(self, blocks: int, useful_bytes: int) -> int:
         modeled = self.device.service_ns(blocks, self.queue_depth)
