@@ -1,0 +1,716 @@
+"""Placement from a trace profile: what DRAM pins, and how SCM row files order their rows.
+
+A :class:`Placement` is computed by :func:`plan` from the access counts of a trace and
+consumed by the hierarchy (tables and rows pinned in DRAM) and by
+:class:`sdm.tiers.mmap.MmapTier` (``row_order``: the SCM row file in placement order, so rows
+looked up together share device blocks, after Bandana).
+
+Pinning rule (:func:`plan`): candidates are every table the profile touches (value = all its
+lookups, cost = its bytes) and every touched row (value = its lookups, cost = its row bytes);
+they are taken greedily in descending lookups per byte, skipping any that no longer fits the
+pin budget ``pin_fraction * dram_bytes``. Pinning a table whole releases the row pins it
+already holds (so it costs its bytes minus theirs) and later rows of it are skipped.
+
+Block layout: see :func:`plan` (``layout=``). :func:`blocks_per_lookup` measures what a
+layout saves: the SCM blocks a cold cache would read per lookup, batch by batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+import zipfile
+import zlib
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+
+from sdm._jit import jit
+from sdm.devices import count_blocks
+from sdm.errors import ConfigError, InvalidArgumentError
+from sdm.manifest import TableSpec, fsync_dir
+
+__all__ = ["Placement", "plan", "blocks_per_lookup", "LAYOUTS", "PLACEMENT_FORMAT"]
+
+LAYOUTS = ("coaccess", "frequency")
+PLACEMENT_FORMAT = "sdm-placement"
+_VERSION = 1
+# Rows of lookups buffered per table before they are merged into the running counts: bounds
+# the profile's memory to the touched rows plus this buffer.
+_MERGE_IDS = 1 << 22
+_MINHASHES = 2
+
+
+# -- the placement ------------------------------------------------------------------------
+
+@dataclass(frozen=True, eq=False)
+class Placement:
+    """Where a store's rows live, decided from an access profile.
+
+    Attributes:
+        pinned_tables: names of the tables served whole from DRAM.
+        pinned_rows: per table, ``(k,) int64`` sorted unique row ids pinned in the DRAM cache
+            (never evicted). A table pinned whole has no entry.
+        row_order: per table, ``(num_rows,) int64`` permutation: ``row_order[name][p]`` is the
+            row stored at position ``p`` of the SCM row file. A table without an entry keeps
+            identity order.
+        info: JSON-able facts of the plan (budget, densities, blocks per lookup before and
+            after the layout on held-out batches).
+
+    Arrays are made read-only; the object is immutable.
+    """
+
+    pinned_tables: tuple[str, ...] = ()
+    pinned_rows: dict[str, np.ndarray] = field(default_factory=dict)
+    row_order: dict[str, np.ndarray] = field(default_factory=dict)
+    info: dict = field(default_factory=dict)
+    _inverse: dict = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "pinned_tables", tuple(self.pinned_tables))
+        for attr in ("pinned_rows", "row_order"):
+            arrays = {}
+            for name, arr in dict(getattr(self, attr)).items():
+                a = np.asarray(arr)
+                if a.ndim != 1 or not (np.issubdtype(a.dtype, np.integer) and a.dtype != np.bool_):
+                    raise ConfigError(f"placement {attr}[{name!r}] must be a 1-D integer array, got "
+                                      f"shape {a.shape} dtype {a.dtype}")
+                a = np.array(a, dtype=np.int64)
+                a.setflags(write=False)
+                arrays[name] = a
+            object.__setattr__(self, attr, arrays)
+        try:
+            json.dumps(self.info)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"placement info must be JSON-serializable: {exc}") from None
+        self._check_structure()
+
+    def _check_structure(self) -> None:
+        """What holds without knowing the store: unique names, sorted unique non-negative
+        pins, orders that are permutations of their own length, no table pinned twice."""
+        names = self.pinned_tables
+        if len(set(names)) != len(names):
+            dup = sorted({n for n in names if names.count(n) > 1})
+            raise ConfigError(f"placement pins table(s) {dup} whole more than once")
+        both = sorted(set(names) & set(self.pinned_rows))
+        if both:
+            raise ConfigError(f"placement table {both[0]!r} is both pinned whole and has pinned rows")
+        for name, ids in self.pinned_rows.items():
+            if ids.size and (ids[0] < 0 or np.any(ids[1:] <= ids[:-1])):
+                at = 0 if ids[0] < 0 else int(np.argmax(ids[1:] <= ids[:-1])) + 1
+                raise ConfigError(f"placement pinned_rows[{name!r}] must be sorted unique ids >= 0; "
+                                  f"entry {at} is {int(ids[at])}")
+        for name, order in self.row_order.items():
+            _check_permutation(name, order, order.shape[0])
+
+    def validate(self, tables: Mapping[str, TableSpec]) -> None:
+        """Check the placement against a store's tables.
+
+        Raises:
+            ConfigError: naming the table and the value at fault: a table the store does not
+                hold, a pinned id outside ``[0, num_rows)``, a row order that is not a
+                permutation of the table's ``num_rows`` rows, or (also checked on
+                construction) unsorted pins or a table both pinned whole and by rows.
+        """
+        for where, names in (("pinned_tables", self.pinned_tables), ("pinned_rows", self.pinned_rows),
+                             ("row_order", self.row_order)):
+            for name in names:
+                if name not in tables:
+                    raise ConfigError(f"placement {where} names table {name!r}, which the store does "
+                                      f"not hold; tables: {list(tables)}")
+        for name, ids in self.pinned_rows.items():
+            n = tables[name].num_rows
+            if ids.size and ids[-1] >= n:
+                raise ConfigError(f"placement pinned_rows[{name!r}] holds id {int(ids[-1])}, outside "
+                                  f"[0, {n}) of table {name!r}")
+        for name, order in self.row_order.items():
+            n = tables[name].num_rows
+            if order.shape[0] != n:
+                raise ConfigError(f"placement row_order[{name!r}] has {order.shape[0]} entries; table "
+                                  f"{name!r} has {n} rows")
+
+    def pinned_row_count(self) -> int:
+        """Rows pinned one by one, over every table (whole tables not included)."""
+        return int(sum(ids.shape[0] for ids in self.pinned_rows.values()))
+
+    def inverse_order(self, name: str) -> np.ndarray | None:
+        """``(num_rows,) int64`` position of each row id in table ``name``'s row file
+        (``pos[row_order[p]] == p``), cached; None when the table keeps identity order."""
+        order = self.row_order.get(name)
+        if order is None:
+            return None
+        pos = self._inverse.get(name)
+        if pos is None:
+            pos = inverse_permutation(order)
+            pos.setflags(write=False)
+            self._inverse[name] = pos
+        return pos
+
+    # -- file ------------------------------------------------------------------------
+
+    def save(self, path) -> str:
+        """Write the placement to ``path`` (an ``.npz`` of plain arrays, never pickled),
+        atomically: a temporary file beside it, fsynced, renamed over ``path``. Returns the path."""
+        path = os.fspath(path)
+        arrays = {
+            "format": np.array(PLACEMENT_FORMAT),
+            "version": np.array(_VERSION, dtype=np.int64),
+            "pinned_tables": _names(self.pinned_tables),
+            "pinned_names": _names(list(self.pinned_rows)),
+            "order_names": _names(list(self.row_order)),
+            "info": np.frombuffer(json.dumps(self.info, sort_keys=True).encode("utf-8"), dtype=np.uint8),
+        }
+        for i, ids in enumerate(self.pinned_rows.values()):
+            arrays[f"pinned_rows_{i}"] = ids
+        for i, order in enumerate(self.row_order.values()):
+            arrays[f"row_order_{i}"] = order
+        folder = os.path.dirname(os.path.abspath(path))
+        tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        try:
+            with open(tmp, "wb") as f:
+                np.savez(f, **arrays)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            fsync_dir(folder)
+        except OSError as exc:
+            _unlink(tmp)
+            raise ConfigError(f"cannot write placement file {path}: {exc}") from None
+        except BaseException:
+            _unlink(tmp)
+            raise
+        return path
+
+    @classmethod
+    def load(cls, path) -> "Placement":
+        """Read a placement written by :meth:`save` (``np.load(..., allow_pickle=False)``).
+
+        Raises:
+            ConfigError: no file at ``path``, or a file that is damaged, truncated or not a
+                placement (the message names the path and what is wrong).
+        """
+        path = os.fspath(path)
+        if not os.path.isfile(path):
+            raise ConfigError(f"no placement file at {path}")
+        try:
+            with np.load(path, allow_pickle=False) as npz:
+                if not isinstance(npz, np.lib.npyio.NpzFile):
+                    raise ConfigError(f"placement file {path} is a single .npy array, not a placement")
+                members = {name: npz[name] for name in npz.files}
+        except ConfigError:
+            raise
+        except (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError, KeyError) as exc:
+            raise ConfigError(f"placement file {path} cannot be read (damaged or not an .npz): "
+                              f"{exc}") from None
+        except Exception as exc:  # a zip member damaged in a way numpy reports otherwise
+            raise ConfigError(f"placement file {path} cannot be read (damaged): "
+                              f"{type(exc).__name__}: {exc}") from None
+        return cls._from_members(path, members)
+
+    @classmethod
+    def _from_members(cls, path: str, m: dict) -> "Placement":
+        def need(name):
+            if name not in m:
+                raise ConfigError(f"placement file {path} has no {name!r} member; not a placement "
+                                  f"file (or a damaged one)")
+            return m[name]
+
+        fmt = need("format")
+        if fmt.shape != () or fmt.dtype.kind != "U" or str(fmt) != PLACEMENT_FORMAT:
+            raise ConfigError(f"placement file {path} is not an sdm placement (format {fmt!r})")
+        version = need("version")
+        if version.shape != () or version.dtype.kind not in "iu" or int(version) != _VERSION:
+            raise ConfigError(f"placement file {path} has version {version!r}; this sdm reads "
+                              f"version {_VERSION}")
+        names = {}
+        for key in ("pinned_tables", "pinned_names", "order_names"):
+            arr = need(key)
+            if arr.ndim != 1 or (arr.size and arr.dtype.kind != "U"):
+                raise ConfigError(f"placement file {path}: member {key!r} must be a 1-D array of "
+                                  f"names, got shape {arr.shape} dtype {arr.dtype}")
+            names[key] = [str(x) for x in arr]
+        raw = need("info")
+        if raw.ndim != 1 or raw.dtype != np.uint8:
+            raise ConfigError(f"placement file {path}: member 'info' must be 1-D uint8 JSON bytes, "
+                              f"got shape {raw.shape} dtype {raw.dtype}")
+        try:
+            info = json.loads(raw.tobytes().decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise ConfigError(f"placement file {path}: member 'info' is not JSON: {exc}") from None
+        if not isinstance(info, dict):
+            raise ConfigError(f"placement file {path}: member 'info' must be a JSON object")
+
+        def arrays(key, prefix):
+            return {name: need(f"{prefix}_{i}") for i, name in enumerate(names[key])}
+
+        try:
+            return cls(tuple(names["pinned_tables"]), arrays("pinned_names", "pinned_rows"),
+                       arrays("order_names", "row_order"), info)
+        except ConfigError as exc:
+            raise ConfigError(f"placement file {path}: {exc}") from None
+
+
+def _names(names) -> np.ndarray:
+    names = [str(n) for n in names]
+    return np.array(names, dtype=f"<U{max([1] + [len(n) for n in names])}")
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _check_permutation(name: str, order: np.ndarray, n: int) -> None:
+    if order.shape != (n,):
+        raise ConfigError(f"placement row_order[{name!r}] has {order.shape[0]} entries, needs {n}")
+    if n == 0:
+        return
+    lo, hi = int(order.min()), int(order.max())
+    if lo < 0 or hi >= n:
+        bad = lo if lo < 0 else hi
+        raise ConfigError(f"placement row_order[{name!r}] holds row {bad}, outside [0, {n})")
+    seen = np.zeros(n, dtype=np.bool_)
+    seen[order] = True
+    if not seen.all():
+        missing = int(np.argmin(seen))
+        raise ConfigError(f"placement row_order[{name!r}] is not a permutation of range({n}): row "
+                          f"{missing} is missing (another appears twice)")
+
+
+def inverse_permutation(order: np.ndarray) -> np.ndarray:
+    """``(n,) int64`` ``pos`` with ``pos[order[p]] == p`` for a permutation ``order``."""
+    order = np.asarray(order, dtype=np.int64)
+    pos = np.empty(order.shape[0], dtype=np.int64)
+    pos[order] = np.arange(order.shape[0], dtype=np.int64)
+    return pos
+
+
+# -- trace access ---------------------------------------------------------------------------
+
+def _open_trace(trace):
+    """(trace object, close it afterwards?) from a Trace-like object or a path."""
+    if isinstance(trace, (str, os.PathLike)):
+        from sdm.trace.format import load
+
+        return load(trace), True
+    if not hasattr(trace, "table_sizes") or not hasattr(trace, "__len__"):
+        raise InvalidArgumentError(f"trace must be an sdm.trace.Trace, a generated trace or a path, "
+                                   f"got {type(trace).__name__}")
+    return trace, False
+
+
+def _batch(trace, i: int):
+    return trace.batch(i) if hasattr(trace, "batch") else trace[i]
+
+
+def _check_tables(trace, tables: Mapping[str, TableSpec]) -> list[TableSpec]:
+    if not isinstance(tables, Mapping):
+        raise InvalidArgumentError(f"tables must map names to TableSpec, got {type(tables).__name__}")
+    specs = list(tables.values())
+    for name, spec in tables.items():
+        if not isinstance(spec, TableSpec):
+            raise InvalidArgumentError(f"tables[{name!r}] must be a TableSpec, got {type(spec).__name__}")
+    sizes = np.asarray(trace.table_sizes, dtype=np.int64)
+    if sizes.shape[0] != len(specs):
+        raise ConfigError(f"the trace has {sizes.shape[0]} tables, the store {len(specs)} "
+                          f"({list(tables)}); trace table t must be the store's t-th table")
+    for t, spec in enumerate(specs):
+        if int(sizes[t]) != spec.num_rows:
+            raise ConfigError(f"trace table {t} has {int(sizes[t])} rows, store table {spec.name!r} "
+                              f"(table {t}) has {spec.num_rows}")
+    return specs
+
+
+def _batch_range(trace, batches) -> range:
+    n = len(trace)
+    if batches is None:
+        return range(n)
+    if isinstance(batches, slice):
+        return range(n)[batches]
+    if isinstance(batches, range):
+        if batches.step != 1 or batches.start < 0 or batches.stop > n:
+            raise InvalidArgumentError(f"batches {batches} must be a step-1 range inside [0, {n})")
+        return batches
+    raise InvalidArgumentError(f"batches must be None, a range or a slice, got {type(batches).__name__}")
+
+
+# -- blocks per lookup ----------------------------------------------------------------------
+
+def blocks_per_lookup(trace, tables: Mapping[str, TableSpec], *, row_order=None,
+                      block_bytes: int = 4096, exclude: "Placement | None" = None,
+                      batches=None) -> dict:
+    """SCM blocks a cold cache reads per lookup, per table and in total.
+
+    For each batch and table, the batch's distinct ids (less rows pinned by ``exclude``;
+    a table ``exclude`` pins whole reads nothing) sit at byte offsets
+    ``pos[id] * row_bytes`` of the row file (``pos`` inverts ``row_order[name]``; identity
+    without one) and cost every ``block_bytes`` block they touch
+    (:func:`sdm.devices.count_blocks`): the reads one batch issues with nothing cached.
+
+    Args:
+        trace: an :class:`sdm.trace.Trace`, a generated trace, or a path; trace table ``t`` is
+            the ``t``-th table of ``tables``.
+        tables: ``{name: TableSpec}`` in store order.
+        row_order: ``{name: (num_rows,) int64 permutation}`` (a :class:`Placement`'s), or None.
+        block_bytes: the device block, >= 1.
+        exclude: a :class:`Placement` whose pinned tables and rows are never read.
+        batches: a range or slice of batch indices (default: every batch).
+
+    Returns:
+        ``{"tables": {name: counts}, "total": counts, "batches": k}``; counts =
+        ``{"blocks", "rows", "lookups", "blocks_per_lookup"}`` where ``rows`` are the distinct
+        rows read (summed over batches) and ``lookups`` every lookup of the table, pinned ones
+        included, so pins lower the figure.
+    """
+    if isinstance(block_bytes, bool) or not isinstance(block_bytes, (int, np.integer)) or block_bytes < 1:
+        raise InvalidArgumentError(f"block_bytes must be an integer >= 1, got {block_bytes!r}")
+    trace, close = _open_trace(trace)
+    try:
+        specs = _check_tables(trace, tables)
+        span = _batch_range(trace, batches)
+        if exclude is not None and not isinstance(exclude, Placement):
+            raise InvalidArgumentError(f"exclude must be a Placement or None, got {type(exclude).__name__}")
+        orders = {} if row_order is None else dict(row_order)
+        probe = Placement(row_order=orders)  # validates the orders, caches their inverses
+        probe.validate(tables)
+        if exclude is not None:
+            exclude.validate(tables)
+        whole = set(exclude.pinned_tables) if exclude is not None else set()
+        pinned = exclude.pinned_rows if exclude is not None else {}
+        counts = np.zeros((len(specs), 3), dtype=np.int64)  # blocks, rows, lookups
+        for i in span:
+            batch = _batch(trace, i)
+            for t, spec in enumerate(specs):
+                ix = np.asarray(batch.indices[t], dtype=np.int64)
+                counts[t, 2] += ix.shape[0]
+                if spec.name in whole or not ix.shape[0]:
+                    continue
+                ids = np.unique(ix)
+                pin = pinned.get(spec.name)
+                if pin is not None and pin.size:
+                    ids = ids[~_member(ids, pin)]
+                pos = probe.inverse_order(spec.name)
+                if pos is not None:
+                    ids = pos[ids]
+                counts[t, 0] += count_blocks(ids * spec.row_bytes, spec.row_bytes, int(block_bytes))
+                counts[t, 1] += ids.shape[0]
+        out = {"tables": {spec.name: _bpl(counts[t]) for t, spec in enumerate(specs)},
+               "total": _bpl(counts.sum(axis=0)), "batches": len(span)}
+        return out
+    finally:
+        if close:
+            trace.close()
+
+
+def _bpl(c) -> dict:
+    blocks, rows, lookups = (int(x) for x in c)
+    return {"blocks": blocks, "rows": rows, "lookups": lookups,
+            "blocks_per_lookup": blocks / lookups if lookups else 0.0}
+
+
+def _member(ids: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """``(n,) bool``: which of ``ids`` are in the sorted unique ``sorted_set``."""
+    at = np.searchsorted(sorted_set, ids)
+    at[at == sorted_set.shape[0]] = 0
+    return sorted_set[at] == ids
+
+
+# -- the profile ---------------------------------------------------------------------------
+
+class _Profile:
+    """Per table: touched ids ``(m,) int64`` sorted, lookups per id, batches touching each id.
+
+    Batches' per-batch counts are buffered and merged when the buffer reaches ``_MERGE_IDS``
+    ids, so memory follows the touched rows, never ``num_rows``.
+    """
+
+    def __init__(self, num_tables: int):
+        empty = np.empty(0, dtype=np.int64)
+        self.ids = [empty] * num_tables
+        self.count = [empty] * num_tables
+        self.presence = [empty] * num_tables
+        self._buf: list[list] = [[] for _ in range(num_tables)]
+        self._buffered = [0] * num_tables
+
+    def add(self, t: int, ix: np.ndarray) -> None:
+        if not ix.shape[0]:
+            return
+        u, c = np.unique(ix, return_counts=True)
+        self._buf[t].append((u, c))
+        self._buffered[t] += u.shape[0]
+        if self._buffered[t] >= max(_MERGE_IDS, self.ids[t].shape[0]):
+            self._merge(t)
+
+    def _merge(self, t: int) -> None:
+        parts = self._buf[t]
+        if not parts:
+            return
+        ids = np.concatenate([self.ids[t]] + [u for u, _ in parts])
+        cnt = np.concatenate([self.count[t]] + [c for _, c in parts])
+        pres = np.concatenate([self.presence[t]] + [np.ones(u.shape[0], np.int64) for u, _ in parts])
+        u, inv = np.unique(ids, return_inverse=True)
+        self.ids[t] = u
+        self.count[t] = np.bincount(inv, weights=cnt, minlength=u.shape[0]).astype(np.int64)
+        self.presence[t] = np.bincount(inv, weights=pres, minlength=u.shape[0]).astype(np.int64)
+        self._buf[t] = []
+        self._buffered[t] = 0
+
+    def finish(self) -> "_Profile":
+        for t in range(len(self.ids)):
+            self._merge(t)
+        return self
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finalizer over uint64: a well-spread hash of batch numbers."""
+    x = np.asarray(x, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+# -- the greedy pin rule -------------------------------------------------------------------
+
+@jit
+def _greedy_pins(cand_table, cand_row, cand_bytes, table_bytes, budget):
+    # Candidates arrive densest first; a whole table (row -1) absorbs its pinned rows' bytes.
+    ntab = table_bytes.shape[0]
+    whole = np.zeros(ntab, dtype=np.bool_)
+    row_bytes_pinned = np.zeros(ntab, dtype=np.int64)
+    take = np.zeros(cand_table.shape[0], dtype=np.bool_)
+    left = budget
+    for i in range(cand_table.shape[0]):
+        t = cand_table[i]
+        if whole[t]:
+            continue
+        if cand_row[i] < 0:
+            cost = table_bytes[t] - row_bytes_pinned[t]
+            if cost <= left:
+                whole[t] = True
+                left -= cost
+                take[i] = True
+        elif cand_bytes[i] <= left:
+            take[i] = True
+            left -= cand_bytes[i]
+            row_bytes_pinned[t] += cand_bytes[i]
+    return whole, take
+
+
+def _choose_pins(specs, prof: _Profile, budget: int):
+    """(whole ``(T,) bool``, per-table sorted pinned ids) by the greedy rule of :func:`plan`."""
+    ntab = len(specs)
+    row_b = np.array([s.row_bytes for s in specs], dtype=np.int64)
+    tab_b = np.array([s.row_bytes * s.num_rows for s in specs], dtype=np.int64)
+    acc = np.array([int(c.sum()) for c in prof.count], dtype=np.int64)
+    touched = np.flatnonzero(acc > 0)
+    sizes = [prof.ids[t].shape[0] for t in range(ntab)]
+    table = np.concatenate([touched] + [np.full(sizes[t], t, np.int64) for t in range(ntab)])
+    row = np.concatenate([np.full(touched.shape[0], -1, np.int64)] + prof.ids)
+    hits = np.concatenate([acc[touched]] + prof.count)
+    nbytes = np.concatenate([tab_b[touched]] + [np.full(sizes[t], row_b[t], np.int64) for t in range(ntab)])
+    kind = (row >= 0).astype(np.int64)  # ties: whole tables first, then store order, then id
+    order = np.lexsort((row, table, kind, -(hits / nbytes)))
+    whole, take = _greedy_pins(table[order], row[order], nbytes[order], tab_b, np.int64(budget))
+    taken = order[take]
+    taken = taken[row[taken] >= 0]
+    pins = []
+    for t in range(ntab):
+        ids = row[taken[table[taken] == t]] if not whole[t] else np.empty(0, np.int64)
+        pins.append(np.sort(ids))
+    return whole, pins
+
+
+# -- the block layout ------------------------------------------------------------------------
+
+def _layout_order(spec: TableSpec, ids, count, presence, sig, pinned, layout: str) -> np.ndarray:
+    """``(num_rows,) int64`` row order: pinned rows, touched rows in layout order, then the
+    untouched rows in id order."""
+    n = spec.num_rows
+    is_pin = _member(ids, pinned) if pinned.size else np.zeros(ids.shape[0], np.bool_)
+    if layout == "frequency":
+        keys = (ids, -presence, -count)
+    else:
+        # Half-octave of lookups first (rows read about as often share blocks; measured: finer
+        # classes change nothing, coarser ones lose to "frequency" on independent draws), then
+        # the MinHash signature of the set of batches reading the row, so rows read by the
+        # same batches land next to each other; then as "frequency".
+        octave = np.floor(np.log2(count) * 2.0).astype(np.int64)
+        keys = (ids, -presence, -count) + tuple(sig[:, k] for k in range(sig.shape[1] - 1, -1, -1)) + (-octave,)
+    touched = ids[np.lexsort(keys + (~is_pin,))]
+    rest = np.ones(n, dtype=np.bool_)
+    rest[ids] = False
+    return np.concatenate([touched, np.flatnonzero(rest)]).astype(np.int64)
+
+
+def _signatures(trace, span: range, specs, prof: _Profile) -> list[np.ndarray]:
+    """Per table ``(m, _MINHASHES) uint64``: MinHash of the set of profile batches reading each
+    touched row (rows with equal sets get equal signatures; Jaccard J agrees w.p. J per hash)."""
+    sigs = [np.full((prof.ids[t].shape[0], _MINHASHES), np.iinfo(np.uint64).max, dtype=np.uint64)
+            for t in range(len(specs))]
+    seeds = np.arange(1, _MINHASHES + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    for i in span:
+        h = _mix64(np.uint64(i) ^ seeds)
+        batch = _batch(trace, i)
+        for t in range(len(specs)):
+            ix = np.asarray(batch.indices[t], dtype=np.int64)
+            if not ix.shape[0]:
+                continue
+            at = np.searchsorted(prof.ids[t], np.unique(ix))
+            sigs[t][at] = np.minimum(sigs[t][at], h)  # `at` is unique: plain fancy assignment
+    return sigs
+
+
+# -- plan --------------------------------------------------------------------------------
+
+def plan(trace, tables: Mapping[str, TableSpec], *, dram_bytes: int, pin_fraction: float = 0.5,
+         layout: str | None = "coaccess", block_bytes: int = 4096, holdout: float = 0.5) -> Placement:
+    """Plan pins and a block layout from a trace's access profile.
+
+    The trace is split in time: the first ``1 - holdout`` of its batches is the profile the
+    plan is computed from; the last ``holdout`` (held out) measures it (``holdout=0``
+    measures on the profile itself, and ``info`` says so).
+
+    Pins: candidates are every table the profile touches (value = its lookups, cost = its
+    ``num_rows * row_bytes``) and every touched row (value = its lookups, cost =
+    ``row_bytes``). They are taken in descending lookups per byte (access density; ties: whole
+    tables first, then store order, then row id), each skipped when it no longer fits the pin
+    budget ``floor(pin_fraction * dram_bytes)``; the rest of ``dram_bytes`` is left to the
+    dynamic cache. Pinning a table whole frees the row pins it already holds (it costs its
+    bytes minus theirs) and its later rows are skipped. Untouched tables and rows are never
+    pinned.
+
+    Layouts (order of rows in the SCM row file; pinned rows first, since DRAM serves them,
+    untouched rows last in id order):
+
+    * ``"frequency"``: rows by profile lookups, descending (then by the number of profile
+      batches reading them, then id): hot rows packed into few blocks.
+    * ``"coaccess"``: rows grouped by half-octave of lookups (``floor(2 * log2(lookups))``),
+      within it by a MinHash signature (2 hashes) of the set of profile batches reading the
+      row, then as ``"frequency"``. Rows read by the same batches get equal signatures and so
+      share blocks (Bandana's co-access idea at batch granularity; the objective is distinct
+      blocks per batch); rows that co-occur only by chance stay among rows of similar
+      heat. One sort, memory linear in the touched rows.
+    * ``None``: identity order (no ``row_order`` entries).
+
+    Args:
+        trace: an :class:`sdm.trace.Trace`, a generated trace or a path; its table ``t`` is the
+            store's ``t``-th table (same ``num_rows``).
+        tables: ``{name: TableSpec}`` in store order (``Store.tables``).
+        dram_bytes: DRAM for this store, bytes (int >= 0).
+        pin_fraction: share of ``dram_bytes`` pins may take, in ``[0, 1]``.
+        layout: ``"coaccess"``, ``"frequency"`` or None.
+        block_bytes: device block the layout is measured with.
+        holdout: share of the trace's batches (the last ones) held out for measurement, in
+            ``[0, 1)``.
+
+    Returns:
+        A :class:`Placement`; ``info`` holds the budget, each table's accesses, density and
+        decision, and blocks per lookup on the held-out batches before (identity order) and
+        after (the layout), both with the pinned rows excluded, and their ratio.
+
+    Raises:
+        ConfigError: bad arguments, or a trace whose tables do not match the store's.
+    """
+    if isinstance(dram_bytes, bool) or not isinstance(dram_bytes, (int, np.integer)) or dram_bytes < 0:
+        raise ConfigError(f"dram_bytes must be an integer >= 0, got {dram_bytes!r}")
+    if (isinstance(pin_fraction, bool) or not isinstance(pin_fraction, (int, float, np.floating))
+            or not 0.0 <= float(pin_fraction) <= 1.0):
+        raise ConfigError(f"pin_fraction must be a number in [0, 1], got {pin_fraction!r}")
+    if layout is not None and layout not in LAYOUTS:
+        raise ConfigError(f"layout {layout!r} is not one of {list(LAYOUTS)} or None")
+    if isinstance(block_bytes, bool) or not isinstance(block_bytes, (int, np.integer)) or block_bytes < 1:
+        raise ConfigError(f"block_bytes must be an integer >= 1, got {block_bytes!r}")
+    if (isinstance(holdout, bool) or not isinstance(holdout, (int, float, np.floating))
+            or not 0.0 <= float(holdout) < 1.0):
+        raise ConfigError(f"holdout must be a number in [0, 1), got {holdout!r}")
+    trace, close = _open_trace(trace)
+    try:
+        specs = _check_tables(trace, tables)
+        n = len(trace)
+        if n == 0:
+            raise ConfigError("the trace has no batches to profile")
+        cut = max(1, n - int(round(n * float(holdout))))
+        profile_span, measure_span = range(0, cut), range(cut, n)
+        held_out = len(measure_span) > 0
+        if not held_out:
+            measure_span = profile_span
+
+        prof = _Profile(len(specs))
+        for i in profile_span:
+            batch = _batch(trace, i)
+            for t in range(len(specs)):
+                prof.add(t, np.asarray(batch.indices[t], dtype=np.int64))
+        prof.finish()
+
+        budget = int(float(pin_fraction) * int(dram_bytes))
+        whole, pins = _choose_pins(specs, prof, budget)
+        sigs = _signatures(trace, profile_span, specs, prof) if layout == "coaccess" else None
+        orders = {}
+        if layout is not None:
+            for t, spec in enumerate(specs):
+                if prof.ids[t].shape[0]:
+                    orders[spec.name] = _layout_order(spec, prof.ids[t], prof.count[t], prof.presence[t],
+                                                      None if sigs is None else sigs[t], pins[t], layout)
+        pinned_tables = tuple(s.name for t, s in enumerate(specs) if whole[t])
+        pinned_rows = {s.name: pins[t] for t, s in enumerate(specs) if pins[t].size}
+        pins_only = Placement(pinned_tables, pinned_rows)
+        before = blocks_per_lookup(trace, tables, block_bytes=int(block_bytes), exclude=pins_only,
+                                   batches=measure_span)
+        after = (blocks_per_lookup(trace, tables, row_order=orders, block_bytes=int(block_bytes),
+                                   exclude=pins_only, batches=measure_span) if orders else before)
+        info = _info(trace, specs, prof, whole, pins, budget, int(dram_bytes), float(pin_fraction),
+                     layout, int(block_bytes), profile_span, measure_span, held_out, before, after)
+        return Placement(pinned_tables, pinned_rows, orders, info)
+    finally:
+        if close:
+            trace.close()
+
+
+def _info(trace, specs, prof, whole, pins, budget, dram_bytes, pin_fraction, layout, block_bytes,
+          profile_span, measure_span, held_out, before, after) -> dict:
+    tables = {}
+    pinned_bytes = 0
+    for t, spec in enumerate(specs):
+        nbytes = spec.num_rows * spec.row_bytes
+        acc = int(prof.count[t].sum())
+        if whole[t]:
+            decision, pb, pacc = "pinned whole", nbytes, acc
+        else:
+            pb = int(pins[t].shape[0]) * spec.row_bytes
+            pacc = int(prof.count[t][np.searchsorted(prof.ids[t], pins[t])].sum()) if pins[t].size else 0
+            decision = f"{pins[t].shape[0]} rows pinned" if pins[t].size else "cached"
+        pinned_bytes += pb
+        b, a = before["tables"][spec.name], after["tables"][spec.name]
+        tables[spec.name] = {
+            "rows": spec.num_rows, "row_bytes": spec.row_bytes, "bytes": nbytes, "accesses": acc,
+            "touched_rows": int(prof.ids[t].shape[0]), "density": acc / nbytes,
+            "decision": decision, "pinned_whole": bool(whole[t]),
+            "pinned_rows": 0 if whole[t] else int(pins[t].shape[0]), "pinned_bytes": pb,
+            "pinned_accesses": pacc,
+            "blocks_per_lookup_before": b["blocks_per_lookup"],
+            "blocks_per_lookup_after": a["blocks_per_lookup"],
+        }
+    tb, ta = before["total"]["blocks_per_lookup"], after["total"]["blocks_per_lookup"]
+    src = getattr(trace, "path", None) or getattr(trace, "metadata", {}).get("profile")
+    return {
+        "trace": None if src is None else str(src),
+        "dram_bytes": dram_bytes, "pin_fraction": pin_fraction, "pin_budget_bytes": budget,
+        "pinned_bytes": pinned_bytes, "layout": layout, "block_bytes": block_bytes,
+        "profile_batches": [profile_span.start, profile_span.stop],
+        "measured_batches": [measure_span.start, measure_span.stop],
+        "held_out": held_out,
+        "measured_on": ("held-out batches (planned on the first part of the trace, measured on "
+                        "the rest)" if held_out else "the profile batches themselves (in-sample)"),
+        "tables": tables,
+        "blocks_per_lookup": {
+            "note": "SCM blocks a cold cache reads per lookup; pinned rows and tables excluded; "
+                    "before = identity row order, after = the planned layout",
+            "before": before, "after": after,
+            "reduction": tb / ta if ta else (1.0 if tb == 0 else float("inf")),
+        },
+    }
