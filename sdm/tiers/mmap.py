@@ -4,20 +4,26 @@ The row file is derived from the LMDB durable copy and rebuildable at any time::
 
     scm/t<table_id>.rows
         [0, 4096)        header: magic, version, table id, generation, num_rows, row_bytes,
-                         data bytes, CRC32 of the data, CRC32 of the header
-        [4096, ...)      row i at 4096 + i * row_bytes (rows packed, so with a 512 B device
-                         a row may straddle two blocks and cost two reads), padded to a
-                         whole 4 KiB page so O_DIRECT can read the last one
+                         data bytes, CRC32 of the data, SHA-256 of the row order (zeros for
+                         identity order), CRC32 of the header
+        [4096, ...)      the row at position p at 4096 + p * row_bytes (rows packed, so with
+                         a 512 B device a row may straddle two blocks and cost two reads),
+                         padded to a whole 4 KiB page so O_DIRECT can read the last one
 
-A file is used only when its header matches the table's committed generation and geometry
-and its data matches its CRC32 (checked once per open); otherwise — missing, stale after a
-``write_table``, damaged — it is rebuilt from LMDB: streamed a block at a time into a
-temporary file, fsynced, renamed over the old one, directory fsynced. Readers holding the
-old file keep their mapping (rename keeps the inode).
+Positions are row ids unless the tier is given a row order for the table (a placement's
+``row_order``: ``order[p]`` is the row at position p, so rows looked up together can share
+device blocks); reads then map ids through ``pos = inverse(order)``.
+
+A file is used only when its header matches the table's committed generation, geometry and
+row order and its data matches its CRC32 (checked once per open); otherwise — missing,
+stale after a ``write_table``, built for another order, damaged — it is rebuilt from LMDB:
+streamed a chunk at a time into a temporary file, fsynced, renamed over the old one,
+directory fsynced. Readers holding the old file keep their mapping (rename keeps the inode).
 """
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 import os
 import struct
@@ -25,23 +31,28 @@ import threading
 import uuid
 import zlib
 from concurrent.futures import ThreadPoolExecutor
+from typing import Mapping
 
 import numpy as np
 
 from sdm.devices import block_ranges
-from sdm.errors import StoreError
+from sdm.errors import ConfigError, StoreError
 from sdm.manifest import TableLayout, fsync_dir
 from sdm.tiers.base import Tier
 from sdm.tiers.lmdb import RowDB
 
-__all__ = ["MmapTier", "ROWFILE_DIRNAME", "HEADER_BYTES", "rowfile_path"]
+__all__ = ["MmapTier", "ROWFILE_DIRNAME", "HEADER_BYTES", "rowfile_path", "order_digest"]
 
 ROWFILE_DIRNAME = "scm"
 HEADER_BYTES = 4096
 PAGE_BYTES = 4096
 _MAGIC = b"SDMROWS\x00"
-_VERSION = 1
-_HEAD = struct.Struct("<8sIIQQQQI")  # magic, version, table id, generation, rows, row bytes, data bytes, data crc
+_VERSION = 2  # 2: the row order's digest; files are derived data, older ones are rebuilt
+# magic, version, table id, generation, rows, row bytes, data bytes, data crc, order digest
+_HEAD = struct.Struct("<8sIIQQQQI32s")
+_IDENTITY = bytes(32)
+# Rows gathered per chunk when building a file in a row order (bounds the builder's memory).
+_BUILD_CHUNK_BYTES = 32 << 20
 _HEAD_CRC = struct.Struct("<I")
 
 
@@ -53,10 +64,17 @@ def _padded(nbytes: int) -> int:
     return -(-nbytes // PAGE_BYTES) * PAGE_BYTES
 
 
-def _header(layout: TableLayout, data_bytes: int, crc: int) -> bytes:
+def _header(layout: TableLayout, data_bytes: int, crc: int, digest: bytes) -> bytes:
     head = _HEAD.pack(_MAGIC, _VERSION, layout.table_id, layout.generation, layout.spec.num_rows,
-                      layout.spec.row_bytes, data_bytes, crc)
+                      layout.spec.row_bytes, data_bytes, crc, digest)
     return head + _HEAD_CRC.pack(zlib.crc32(head))
+
+
+def order_digest(order: np.ndarray | None) -> bytes:
+    """SHA-256 of a row order as little-endian int64 (32 zero bytes for identity order)."""
+    if order is None:
+        return _IDENTITY
+    return hashlib.sha256(np.ascontiguousarray(order, dtype="<i8").data).digest()
 
 
 class _RowFile:
@@ -84,8 +102,9 @@ class _RowFile:
             os.close(self.direct_fd)
 
 
-def _open_verified(path: str, layout: TableLayout) -> _RowFile | None:
-    """The row file at ``path`` if it is current and intact for ``layout``, else None."""
+def _open_verified(path: str, layout: TableLayout, digest: bytes = _IDENTITY) -> _RowFile | None:
+    """The row file at ``path`` if it is current and intact for ``layout`` and the row order
+    of SHA-256 ``digest``, else None."""
     data_bytes = layout.spec.num_rows * layout.spec.row_bytes
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -104,7 +123,7 @@ def _open_verified(path: str, layout: TableLayout) -> _RowFile | None:
     want = (_MAGIC, _VERSION, layout.table_id, layout.generation, layout.spec.num_rows,
             layout.spec.row_bytes, data_bytes)
     ok = (_HEAD_CRC.unpack_from(head, _HEAD.size)[0] == zlib.crc32(head[:_HEAD.size])
-          and fields[:7] == want
+          and fields[:7] == want and fields[8] == digest
           and zlib.crc32(memoryview(mm)[HEADER_BYTES:HEADER_BYTES + data_bytes]) == fields[7])
     if not ok:
         mm.close()
@@ -113,8 +132,28 @@ def _open_verified(path: str, layout: TableLayout) -> _RowFile | None:
     return _RowFile(path, layout, fd, mm)
 
 
-def build_rowfile(db: RowDB, directory: str, layout: TableLayout) -> str:
-    """Write ``layout``'s row file from LMDB atomically; returns its path."""
+def _ordered_rows(db: RowDB, layout: TableLayout, order: np.ndarray):
+    """Yield the rows of ``layout`` at positions ``order`` in chunks of at most
+    ``_BUILD_CHUNK_BYTES``: each chunk's ids are read sorted (as RowDB reads them) and
+    scattered back into position order."""
+    width = layout.spec.row_bytes
+    step = max(1, _BUILD_CHUNK_BYTES // width)
+    sorted_rows = np.empty((min(step, len(order)), width), dtype=np.uint8)
+    rows = np.empty_like(sorted_rows)
+    for start in range(0, len(order), step):
+        ids = order[start:start + step]
+        by_id = np.argsort(ids, kind="stable")
+        k = len(ids)
+        db.read_rows(layout, ids[by_id], sorted_rows[:k])
+        rows[:k][by_id] = sorted_rows[:k]
+        yield rows[:k]
+
+
+def build_rowfile(db: RowDB, directory: str, layout: TableLayout,
+                  order: np.ndarray | None = None, digest: bytes | None = None) -> str:
+    """Write ``layout``'s row file from LMDB atomically, rows in ``order`` (``(num_rows,)
+    int64`` permutation; None = identity; ``digest`` its :func:`order_digest` when known);
+    returns its path."""
     path = rowfile_path(directory, layout)
     folder = os.path.dirname(path)
     os.makedirs(folder, exist_ok=True)
@@ -124,12 +163,13 @@ def build_rowfile(db: RowDB, directory: str, layout: TableLayout) -> str:
         with open(tmp, "wb") as f:
             f.write(bytes(HEADER_BYTES))
             crc = 0
-            for rows in db.iter_blocks(layout):
+            chunks = db.iter_blocks(layout) if order is None else _ordered_rows(db, layout, order)
+            for rows in chunks:
                 crc = zlib.crc32(rows, crc)
                 f.write(rows)
             f.write(bytes(_padded(data_bytes) - data_bytes))
             f.seek(0)
-            f.write(_header(layout, data_bytes, crc))
+            f.write(_header(layout, data_bytes, crc, order_digest(order) if digest is None else digest))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -154,15 +194,24 @@ class MmapTier(Tier):
 
     Holds every row; ``resident`` is None so every read goes through :meth:`read_rows`,
     where a device model sees the rows' offsets.
+
+    ``row_order`` maps a table name to a ``(num_rows,) int64`` permutation (a
+    :class:`sdm.placement.Placement`'s ``row_order``): that table's file holds row
+    ``order[p]`` at position ``p``, and :meth:`row_offsets` reports where each row really
+    is, so a device model counts the blocks the layout shares. Tables without an entry keep
+    identity order. An order that is not a permutation of the table's rows raises
+    ConfigError on the table's first read.
     """
 
     name = "mmap"
     holds_all_rows = True
     supports_direct_io = True
 
-    def __init__(self, db: RowDB, directory: str):
+    def __init__(self, db: RowDB, directory: str, row_order: Mapping[str, np.ndarray] | None = None):
         self._db = db
         self._directory = directory
+        self._orders = {name: np.asarray(order) for name, order in dict(row_order or {}).items()}
+        self._pos: dict[str, tuple[np.ndarray, np.ndarray, bytes]] = {}  # name -> order, pos, digest
         self._files: dict[int, _RowFile] = {}
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
@@ -183,23 +232,58 @@ class MmapTier(Tier):
                 rf.close()
                 del self._files[layout.table_id]
             path = rowfile_path(self._directory, layout)
-            rf = _open_verified(path, layout)
+            order, _, digest = self._order(layout)
+            rf = _open_verified(path, layout, digest)
             if rf is None:
-                build_rowfile(self._db, self._directory, layout)
+                build_rowfile(self._db, self._directory, layout, order, digest)
                 self._rebuilds += 1
-                rf = _open_verified(path, layout)
+                rf = _open_verified(path, layout, digest)
                 if rf is None:
                     raise StoreError(f"SCM row file {path} for table {layout.name!r} fails "
                                      f"verification right after it was built")
             self._files[layout.table_id] = rf
             return rf
 
+    def _order(self, layout: TableLayout) -> tuple[np.ndarray | None, np.ndarray | None, bytes]:
+        """(order, its inverse ``pos``, digest) of ``layout``'s table, validated and cached;
+        (None, None, identity digest) when the table keeps identity order."""
+        name = layout.name
+        got = self._pos.get(name)
+        if got is not None:
+            return got
+        order = self._orders.get(name)
+        if order is None:
+            return None, None, _IDENTITY
+        n = layout.spec.num_rows
+        if (order.ndim != 1 or order.shape[0] != n or order.dtype.kind not in "iu"):
+            raise ConfigError(f"row order of table {name!r} must be a ({n},) integer permutation, "
+                              f"got shape {order.shape} dtype {order.dtype}")
+        order = np.ascontiguousarray(order, dtype=np.int64)
+        if n and (order.min() < 0 or order.max() >= n):
+            raise ConfigError(f"row order of table {name!r} holds rows outside [0, {n}): "
+                              f"{int(order.min())} .. {int(order.max())}")
+        pos = np.full(n, -1, dtype=np.int64)
+        pos[order] = np.arange(n, dtype=np.int64)
+        if n and pos.min() < 0:
+            raise ConfigError(f"row order of table {name!r} is not a permutation of range({n}): "
+                              f"row {int(np.argmin(pos))} is missing")
+        got = (order, pos, order_digest(order))
+        self._pos[name] = got
+        return got
+
+    def _positions(self, layout, ids) -> np.ndarray:
+        pos = self._pos[layout.name][1] if layout.name in self._pos else self._order(layout)[1]
+        ids = np.asarray(ids, dtype=np.int64)
+        return ids if pos is None else pos[ids]
+
     def read_rows(self, layout, ids, out):
-        np.take(self._file(layout).rows, ids, axis=0, out=out)
+        rf = self._file(layout)
+        np.take(rf.rows, self._positions(layout, ids), axis=0, out=out)
         self._rows += len(ids)
 
     def row_offsets(self, layout, ids):
-        return HEADER_BYTES + np.asarray(ids, dtype=np.int64) * layout.spec.row_bytes
+        """Offsets in the row file, in the order of ``ids`` (not ascending under a row order)."""
+        return HEADER_BYTES + self._positions(layout, ids) * layout.spec.row_bytes
 
     def read_rows_direct(self, layout, ids, out, *, queue_depth=1):
         """Read the 4 KiB pages covering rows ``ids`` with O_DIRECT, ``queue_depth`` reads in
