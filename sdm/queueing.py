@@ -1,0 +1,233 @@
+"""The latency model of a replay: request latency percentiles and the QPS a latency SLA allows.
+
+Each replayed request has a modeled *service time*: the device time its
+``Store.embedding_bags`` call charged to the store's simulated clock (every tier's reads,
+issued in waves at the tier's queue depth; the request is done when its slowest lookup is).
+The store's clock serves one request after another, so the hierarchy is modeled as a single
+FCFS server:
+
+* requests arrive open-loop, as a Poisson process of rate ``lambda`` (seeded exponential
+  gaps; the same unit gaps are scaled for every rate, so the response times grow
+  monotonically with the rate and a bisection is well defined);
+* the measured service times are served in trace order, cycled whole until at least
+  ``min_arrivals`` requests have arrived (so a short trace still gives a stable p99);
+* response time = wait + service, the wait from Lindley's recursion
+  ``W[n+1] = max(0, W[n] + S[n] - A[n+1])`` (a Numba kernel);
+* the *QPS at SLA* is the highest ``lambda`` whose response-time percentile (p99 by
+  default) stays within the SLA, found by bisection to a relative tolerance.
+
+A zero-load percentile above the SLA means no rate meets it (the devices alone are too
+slow): :class:`SlaError`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from sdm._jit import jit
+from sdm.devices import DeviceSpec, get_device
+from sdm.errors import InvalidArgumentError
+
+__all__ = ["SlaError", "SlaResult", "DEFAULT_SLA_US", "PERCENTILES", "latency_percentiles_us",
+           "response_times_ns", "response_percentile_ns", "qps_at_sla", "check_sla_us",
+           "service_ns_array"]
+
+#: Default latency SLA, microseconds, at the 99th percentile: MLPerf Inference's DLRM server
+#: scenario bound of 30 ms (a parameter: not checked against a source in REFERENCES.md).
+DEFAULT_SLA_US = 30_000.0
+#: The percentiles reported, by JSON key.
+PERCENTILES = {"p50": 50.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
+_MIN_ARRIVALS = 100_000
+
+
+class SlaError(InvalidArgumentError):
+    """An SLA no request rate can meet (below the devices' own latency), or not a number > 0."""
+
+
+def check_sla_us(sla_us) -> float:
+    """``sla_us`` as a float, or :class:`SlaError` unless it is a finite number > 0."""
+    if isinstance(sla_us, bool) or not isinstance(sla_us, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(float(sla_us)) or float(sla_us) <= 0:
+        raise SlaError(f"the SLA must be a finite number of microseconds > 0, got {sla_us!r}")
+    return float(sla_us)
+
+
+def _check_service(service_ns) -> np.ndarray:
+    s = np.asarray(service_ns)
+    if s.ndim != 1 or s.dtype == np.bool_ or not (np.issubdtype(s.dtype, np.integer)
+                                                  or np.issubdtype(s.dtype, np.floating)):
+        raise InvalidArgumentError(f"service times must be a 1-D numeric array of nanoseconds, "
+                                   f"got {s.dtype} {s.shape}")
+    s = np.ascontiguousarray(s, dtype=np.float64)
+    if s.size and (not np.all(np.isfinite(s)) or s.min() < 0):
+        raise InvalidArgumentError("service times must be finite and >= 0 ns")
+    return s
+
+
+def latency_percentiles_us(latency_ns) -> dict:
+    """``{"p50", "p95", "p99", "p999"}`` of ``(n,)`` latencies in ns, in microseconds
+    (numpy's linear interpolation; zeros for an empty array)."""
+    s = _check_service(latency_ns)
+    if s.size == 0:
+        return {k: 0.0 for k in PERCENTILES}
+    values = np.percentile(s, list(PERCENTILES.values()))
+    return {k: float(v) / 1e3 for k, v in zip(PERCENTILES, values)}
+
+
+@jit
+def _lindley(service, gaps, scale, limit, out):
+    """Response times of a FCFS queue: ``out[i] = W[i] + service[i]``, with arrivals
+    ``gaps[i] * scale`` ns after the previous one (``gaps[0]`` unused). Returns how many
+    exceed ``limit``."""
+    w = 0.0
+    over = 0
+    for i in range(service.shape[0]):
+        if i > 0:
+            w = w + service[i - 1] - gaps[i] * scale
+            if w < 0.0:
+                w = 0.0
+        r = w + service[i]
+        out[i] = r
+        if r > limit:
+            over += 1
+    return over
+
+
+class _Queue:
+    """Cycled service times and seeded unit-mean exponential gaps, reused across rates."""
+
+    def __init__(self, service_ns, min_arrivals: int, seed: int):
+        s = _check_service(service_ns)
+        if s.size == 0:
+            raise InvalidArgumentError("no requests: the queueing model needs at least one service time")
+        if isinstance(min_arrivals, bool) or not isinstance(min_arrivals, int) or min_arrivals < 1:
+            raise InvalidArgumentError(f"min_arrivals must be an integer >= 1, got {min_arrivals!r}")
+        cycles = -(-min_arrivals // s.size)
+        self.service = np.tile(s, cycles)
+        self.gaps = np.random.default_rng(seed).standard_exponential(self.service.size)
+        self.out = np.empty_like(self.service)
+        self.mean_ns = float(s.mean())
+
+    def _run(self, rate_per_s: float, limit: float) -> int:
+        if rate_per_s <= 0:
+            self.out[:] = self.service
+            return int(np.count_nonzero(self.service > limit))
+        return int(_lindley(self.service, self.gaps, 1e9 / rate_per_s, limit, self.out))
+
+    def percentile(self, rate_per_s: float, q: float) -> float:
+        self._run(rate_per_s, np.inf)
+        return float(np.percentile(self.out, q))
+
+    def within(self, rate_per_s: float, q: float, limit: float) -> bool:
+        """Whether the ``q`` percentile (numpy's linear interpolation) is ``<= limit``,
+        decided from the count of responses above ``limit`` unless it falls between the two
+        order statistics the interpolation uses."""
+        over = self._run(rate_per_s, limit)
+        n = self.out.shape[0]
+        k = int(math.floor((n - 1) * q / 100.0))
+        if over <= n - k - 2:  # x[k + 1] <= limit
+            return True
+        if over >= n - k:  # x[k] > limit
+            return False
+        return float(np.percentile(self.out, q)) <= limit
+
+
+def response_times_ns(service_ns, rate_per_s: float, *, min_arrivals: int = _MIN_ARRIVALS,
+                      seed: int = 0) -> np.ndarray:
+    """Response times ``(m,)`` float64 ns of the queue at ``rate_per_s`` arrivals per second
+    (``m`` = the service times cycled to at least ``min_arrivals``)."""
+    q = _Queue(service_ns, min_arrivals, seed)
+    q._run(float(rate_per_s), np.inf)
+    return q.out.copy()
+
+
+def response_percentile_ns(service_ns, rate_per_s: float, percentile: float = 99.0, *,
+                           min_arrivals: int = _MIN_ARRIVALS, seed: int = 0) -> float:
+    """The ``percentile`` of response times at ``rate_per_s`` (0: zero load), ns."""
+    return _Queue(service_ns, min_arrivals, seed).percentile(float(rate_per_s), percentile)
+
+
+@dataclass(frozen=True)
+class SlaResult:
+    """Outcome of :func:`qps_at_sla`.
+
+    ``qps``: the highest arrival rate meeting the SLA (``inf`` when every service time is 0);
+    ``latency_at_qps_us``: the percentile reached there; ``zero_load_us``: the percentile
+    with no queueing; ``saturation_qps``: ``1 / mean service`` (utilization 1);
+    ``utilization``: ``qps`` x mean service.
+    """
+
+    sla_us: float
+    percentile: float
+    qps: float
+    latency_at_qps_us: float
+    zero_load_us: float
+    saturation_qps: float
+    utilization: float
+    arrivals: int
+
+    def to_json(self) -> dict:
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                for k, v in asdict(self).items()}
+
+
+def qps_at_sla(service_ns, sla_us, *, percentile: float = 99.0, min_arrivals: int = _MIN_ARRIVALS,
+               seed: int = 0, rtol: float = 1e-4) -> SlaResult:
+    """The highest Poisson arrival rate whose response-time ``percentile`` stays within
+    ``sla_us``, for requests with service times ``service_ns`` ``(n,)`` (ns).
+
+    Raises:
+        SlaError: ``sla_us`` not > 0, or below the zero-load percentile (no rate meets it;
+            the message names both).
+        InvalidArgumentError: no service times, or negative / non-finite ones.
+    """
+    sla_us = check_sla_us(sla_us)
+    if not 0.0 < float(percentile) < 100.0:
+        raise InvalidArgumentError(f"percentile must be in (0, 100), got {percentile!r}")
+    queue = _Queue(service_ns, min_arrivals, seed)
+    sla_ns = sla_us * 1e3
+    zero = queue.percentile(0.0, percentile)
+    n = int(queue.service.size)
+    if zero > sla_ns:
+        raise SlaError(f"SLA {sla_us:g} us is below the devices' own p{percentile:g} latency of "
+                       f"{zero / 1e3:,.1f} us per request at zero load; no request rate meets it")
+    if queue.mean_ns == 0.0:
+        inf = float("inf")
+        return SlaResult(sla_us, float(percentile), inf, 0.0, 0.0, inf, 0.0, n)
+    saturation = 1e9 / queue.mean_ns
+    lo, hi = 0.0, saturation
+    for _ in range(64):  # beyond saturation the queue grows without bound, but a finite run may still fit
+        if not queue.within(hi, percentile, sla_ns):
+            break
+        lo, hi = hi, hi * 2.0
+    else:
+        raise SlaError(f"SLA {sla_us:g} us is met even at {hi:.3g} requests/s; it does not bound the rate")
+    while hi - lo > rtol * hi:
+        mid = 0.5 * (lo + hi)
+        if queue.within(mid, percentile, sla_ns):
+            lo = mid
+        else:
+            hi = mid
+    at = queue.percentile(lo, percentile)
+    return SlaResult(sla_us, float(percentile), lo, at / 1e3, zero / 1e3, saturation,
+                     lo * queue.mean_ns / 1e9, n)
+
+
+def service_ns_array(device, reads, queue_depth: int) -> np.ndarray:
+    """:meth:`sdm.devices.DeviceSpec.service_ns` over an array: ``(n,)`` int64 block reads ->
+    ``(n,)`` int64 ns (same formula, same rounding)."""
+    d: DeviceSpec = get_device(device)
+    if isinstance(queue_depth, bool) or not isinstance(queue_depth, (int, np.integer)) or queue_depth < 1:
+        raise InvalidArgumentError(f"queue_depth must be an integer >= 1, got {queue_depth!r}")
+    reads = np.asarray(reads, dtype=np.int64)
+    inflight = np.maximum(np.minimum(np.int64(queue_depth), reads), 1)
+    waves = -(-reads // inflight)
+    per_read = np.maximum(d.read_latency_us * 1e3, inflight * 1e9 / d.max_read_iops)
+    latency = waves * per_read
+    transfer = reads * d.access_bytes / d.read_bandwidth_gbps
+    out = np.rint(np.maximum(latency, transfer)).astype(np.int64)
+    out[reads <= 0] = 0
+    return out
