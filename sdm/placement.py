@@ -195,9 +195,10 @@ class Placement:
         if not os.path.isfile(path):
             raise ConfigError(f"no placement file at {path}")
         try:
-            with np.load(path, allow_pickle=False) as npz:
-                if not isinstance(npz, np.lib.npyio.NpzFile):
-                    raise ConfigError(f"placement file {path} is a single .npy array, not a placement")
+            npz = np.load(path, allow_pickle=False)
+            if not isinstance(npz, np.lib.npyio.NpzFile):
+                raise ConfigError(f"placement file {path} is a single .npy array, not a placement")
+            with npz:
                 members = {name: npz[name] for name in npz.files}
         except ConfigError:
             raise
