@@ -1,0 +1,146 @@
+"""``sdm replay`` (a trace through a live store) and ``sdm sweep`` (a grid on the simulator)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from sdm.errors import InvalidArgumentError
+
+
+def register(sub) -> None:
+    r = sub.add_parser(
+        "replay", help="replay a trace through a live store: hit rates, IO, latency, QPS at an SLA",
+        description="Replay a trace through a store under a hierarchy (and through a DLRM forward "
+                    "with --model). Reports per-tier hits, misses, reads, bytes read and read "
+                    "amplification; modeled per-request latency p50/p95/p99/p99.9; the highest "
+                    "request rate whose modeled p99 stays within the SLA; CPU time per request; "
+                    "device utilization and energy. A request is one trace batch (one request id "
+                    "for inference traces) unless --request-size splits batches.")
+    r.add_argument("trace", metavar="TRACE", help="sdm trace file (.npz)")
+    r.add_argument("--config", default="dram", help="hierarchy preset (dram, ssd, sdm-nand, sdm-3dxp, "
+                                                    "three-tier) or a .toml file (default dram)")
+    r.add_argument("--model", help="DLRM preset: run the whole forward per request (its dim wins)")
+    r.add_argument("--io-mode", choices=["modeled", "paced", "direct"], help="override the config's IO mode")
+    r.add_argument("--sla-us", type=float, help="p99 latency SLA in microseconds (default 30000)")
+    r.add_argument("--store", metavar="DIR", help="an existing store whose tables (in order) match the "
+                                                  "trace's; default: build one in a temp dir")
+    r.add_argument("--dim", type=int, help="columns of the built store's rows (default 64)")
+    r.add_argument("--fmt", default="fp32", help="row format of the built store: fp32, fp16, int8")
+    r.add_argument("--request-size", type=int, help="samples per request (default: the whole batch)")
+    r.add_argument("--warmup", type=int, default=0, help="batches served first and left out of every figure")
+    r.add_argument("--max-batches", type=int, help="measure at most this many batches")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--json", nargs="?", const="-", metavar="OUT",
+                   help="write the JSON result to OUT (no OUT or '-': stdout, instead of the summary)")
+    r.add_argument("--out", metavar="DIR", help="write summary.md, result.json and PNG plots into DIR")
+    r.set_defaults(func=_replay)
+
+    s = sub.add_parser(
+        "sweep", help="grid of policies x cache sizes x devices on the simulator (control plane only)",
+        description="Replay the trace's cache key stream through sdm.simulate for every policy and "
+                    "DRAM cache size (belady always added: the lower bound), on every core, and model "
+                    "each point's QPS at the SLA on every SCM device.")
+    s.add_argument("trace", metavar="TRACE")
+    s.add_argument("--policies", nargs="+", default=["lru"], help="policy names (space or comma separated)")
+    s.add_argument("--cache-sizes", nargs="+", default=["64M"],
+                   help="DRAM cache sizes in bytes, e.g. 1M 4M 16M 64MiB")
+    s.add_argument("--devices", nargs="+", default=["nand-p4500", "optane-p4800x-512"],
+                   help="SCM device presets (sdm devices)")
+    s.add_argument("--dim", type=int, default=64)
+    s.add_argument("--fmt", default="fp32")
+    s.add_argument("--sla-us", type=float, help="p99 latency SLA in microseconds (default 30000)")
+    s.add_argument("--request-size", type=int)
+    s.add_argument("--queue-depth", type=int, default=16, help="SCM reads in flight (default 16)")
+    s.add_argument("--workers", type=int, help="threads running points (default: every core)")
+    s.add_argument("--json", nargs="?", const="-", metavar="OUT", help="write the JSON result (stdout by default)")
+    s.add_argument("--plot", metavar="OUT.png", help="miss-ratio curves and QPS per point, one PNG")
+    s.set_defaults(func=_sweep)
+
+
+def _split(values) -> list[str]:
+    return [v for item in values for v in item.split(",") if v]
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        d = os.path.dirname(os.path.abspath(path))
+        os.makedirs(d, exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def _emit_json(target: str | None, data: dict) -> bool:
+    """Write ``data`` to ``target`` ('-' for stdout); True when stdout took it."""
+    if target is None:
+        return False
+    text = json.dumps(data, indent=1)
+    if target == "-":
+        print(text)
+        return True
+    _write(target, text + "\n")
+    return False
+
+
+def _progress() -> bool:
+    return sys.stderr.isatty()
+
+
+def _replay(args) -> int:
+    from sdm.queueing import DEFAULT_SLA_US
+    from sdm.replay import DEFAULT_DIM, replay
+    from sdm.replay_render import plot_replay, replay_markdown
+
+    if args.model is not None and args.dim is not None:
+        raise InvalidArgumentError("--dim and --model conflict: the model preset fixes the dim")
+    result = replay(args.trace, args.config, store=args.store, model=args.model,
+                    dim=args.dim or DEFAULT_DIM, fmt=args.fmt, io_mode=args.io_mode,
+                    sla_us=DEFAULT_SLA_US if args.sla_us is None else args.sla_us,
+                    request_size=args.request_size, warmup_batches=args.warmup,
+                    max_batches=args.max_batches, seed=args.seed, progress=_progress())
+    data = result.to_json()
+    summary = replay_markdown(result)
+    notes = []
+    if args.out:
+        _write(os.path.join(args.out, "summary.md"), summary)
+        _write(os.path.join(args.out, "result.json"), json.dumps(data, indent=1) + "\n")
+        plots = plot_replay(result, args.out)
+        notes.append(f"wrote {os.path.join(args.out, 'summary.md')}, result.json"
+                     + (", latency_cdf.png, hit_rate.png" if plots else ""))
+        if plots is None:
+            notes.append("matplotlib is not installed: skipped the plots (pip install 'sdm[plot]')")
+    if not _emit_json(args.json, data):
+        print(summary, end="")
+        if args.json:
+            notes.append(f"wrote {args.json}")
+    for n in notes:
+        print(n, file=sys.stderr)
+    return 0
+
+
+def _sweep(args) -> int:
+    from sdm.queueing import DEFAULT_SLA_US
+    from sdm.replay_render import plot_sweep, sweep_markdown
+    from sdm.sweep import sweep
+
+    result = sweep(args.trace, policies=_split(args.policies), cache_sizes=_split(args.cache_sizes),
+                   devices=_split(args.devices), dim=args.dim, fmt=args.fmt,
+                   sla_us=DEFAULT_SLA_US if args.sla_us is None else args.sla_us,
+                   request_size=args.request_size, queue_depth=args.queue_depth,
+                   workers=args.workers, progress=_progress())
+    notes = []
+    if args.plot:
+        if plot_sweep(result, args.plot) is None:
+            notes.append("matplotlib is not installed: skipped the plot (pip install 'sdm[plot]')")
+        else:
+            notes.append(f"wrote {args.plot}")
+    if not _emit_json(args.json, result.to_json()):
+        print(sweep_markdown(result), end="")
+        if args.json:
+            notes.append(f"wrote {args.json}")
+    for n in notes:
+        print(n, file=sys.stderr)
+    return 0

@@ -1,0 +1,422 @@
+"""Trace replay through a live store: what a hierarchy does to hit rates, IO, latency and QPS.
+
+``replay(trace, config)`` serves every request of a trace (:mod:`sdm.requests` defines a
+request) with one ``Store.embedding_bags`` call — or one DLRM forward when a model is given —
+and records, per request, the modeled device time the call charged (the difference of
+``store.modeled_ns()`` around it) and the process CPU time it took. From those it reports
+per-tier counters, modeled latency percentiles, the QPS a latency SLA allows
+(:mod:`sdm.queueing`), CPU time per request, device utilization and energy.
+
+The store is either built for the trace in a temporary directory (tables ``emb_0 ...`` of
+the trace's sizes, deterministic random rows) or an existing one whose tables, in creation
+order, cover the trace's ids.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from sdm.config import HierarchyConfig, resolve_config, with_io_mode
+from sdm.devices import DEVICES, DeviceSpec
+from sdm.errors import ConfigError, InvalidArgumentError
+from sdm.formats import ROW_FORMATS
+from sdm.queueing import DEFAULT_SLA_US, SlaError, SlaResult, check_sla_us, latency_percentiles_us, qps_at_sla
+from sdm.requests import iter_requests
+from sdm.store import Store, TableSpec
+from sdm.trace.format import Trace, load
+
+__all__ = ["ReplayResult", "replay", "build_store", "DEFAULT_DIM", "table_names", "COUNTERS"]
+
+DEFAULT_DIM = 64
+_MAX_CURVE_POINTS = 256
+_ROWS_PER_CHUNK = 1 << 16
+#: Tier counters that accumulate (a replay reports their change over the measured requests);
+#: every other field of a tier's stats is reported as it stands at the end.
+COUNTERS = ("hits", "misses", "reads", "bytes_read", "useful_bytes", "modeled_ns", "energy_j",
+            "wall_ns", "not_admitted", "prefetched", "prefetch_already_cached", "prefetch_skipped",
+            "prefetch_used", "prefetch_wasted")
+
+
+def table_names(num_tables: int) -> list[str]:
+    """Names of the tables a replay store holds: ``emb_0 ...`` (the DLRM's default names)."""
+    return [f"emb_{t}" for t in range(num_tables)]
+
+
+def _rows(num_rows: int, dim: int, seed: int, table: int):
+    """Deterministic ``(k, dim)`` float32 chunks, uniform in ``+-sqrt(1 / num_rows)``; each
+    chunk has its own generator, so rows do not depend on the chunking."""
+    bound = np.float32(math.sqrt(1.0 / num_rows))
+    for start in range(0, num_rows, _ROWS_PER_CHUNK):
+        rng = np.random.default_rng([seed, table, start // _ROWS_PER_CHUNK])
+        block = rng.random((min(_ROWS_PER_CHUNK, num_rows - start), dim), dtype=np.float32)
+        block *= 2 * bound
+        block -= bound
+        yield block
+
+
+def build_store(path, table_sizes, *, dim: int = DEFAULT_DIM, fmt: str = "fp32", seed: int = 0,
+                progress: bool | None = None) -> str:
+    """Create a store at ``path`` with one table ``emb_t`` of ``table_sizes[t]`` rows of
+    ``dim`` per trace table, filled with deterministic random rows. Returns the path."""
+    _check_dim_fmt(dim, fmt)
+    names = table_names(len(table_sizes))
+    specs = [TableSpec(n, int(rows), int(dim), fmt) for n, rows in zip(names, table_sizes)]
+    with Store.create(path, specs) as store:
+        for t, spec in enumerate(specs):
+            store.write_table(spec.name, _rows(spec.num_rows, spec.dim, seed, t), progress=progress)
+    return os.fspath(path)
+
+
+def _check_dim_fmt(dim, fmt) -> None:
+    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not 1 <= dim <= 65536:
+        raise InvalidArgumentError(f"dim must be an integer in [1, 65536], got {dim!r}")
+    if fmt not in ROW_FORMATS:
+        raise InvalidArgumentError(f"row format {fmt!r} is not one of {ROW_FORMATS}")
+
+
+@dataclass
+class ReplayResult:
+    """What one replay measured.
+
+    Scalars: ``trace``, ``config``, ``io_mode``, ``model`` (preset or None), ``dim``, ``fmt``,
+    ``batches``, ``requests``, ``samples``, ``lookups`` (measured requests only),
+    ``wall_s`` (serving calls), ``cpu_us_per_request``, ``hit_rate`` (share of the first
+    tier's row reads it served), ``sla`` (:class:`~sdm.queueing.SlaResult` or None).
+
+    ``tiers``: per tier (fast to slow, as ``Store.stats()``) its counters over the measured
+    requests, ``read_amplification`` recomputed from them, ``utilization`` (busy share of
+    the modeled time) and, with an SLA, ``utilization_at_sla`` and
+    ``energy_j_per_request_at_sla``.
+
+    Arrays: ``service_ns`` ``(R,)`` int64 modeled device time per request; ``cpu_ns``
+    ``(R,)`` int64 process CPU time per request; ``curve`` ``(k, 2)`` float64 rows of
+    (requests served, running hit rate).
+
+    ``extra``: further per-run counters (prefetch, placement, model ...), copied into the
+    JSON as they are.
+    """
+
+    trace: str
+    config: str
+    io_mode: str
+    model: str | None
+    dim: int
+    fmt: str
+    request_size: int | None
+    batches: int
+    requests: int
+    samples: int
+    lookups: int
+    wall_s: float
+    tiers: list
+    service_ns: np.ndarray
+    cpu_ns: np.ndarray
+    curve: np.ndarray
+    sla: SlaResult | None = None
+    sla_us: float | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def latency_us(self) -> dict:
+        """Modeled per-request latency percentiles ``p50 p95 p99 p999`` (µs, zero load)."""
+        return latency_percentiles_us(self.service_ns)
+
+    @property
+    def cpu_us_per_request(self) -> float:
+        return float(self.cpu_ns.mean()) / 1e3 if self.cpu_ns.size else 0.0
+
+    @property
+    def lookups_per_s(self) -> float:
+        return self.lookups / self.wall_s if self.wall_s > 0 else float("inf")
+
+    @property
+    def modeled_s(self) -> float:
+        return float(self.service_ns.sum()) / 1e9
+
+    @property
+    def hit_rate(self) -> float:
+        if not self.tiers:
+            return 0.0
+        first = self.tiers[0]
+        total = first.get("hits", 0) + first.get("misses", 0)
+        return first.get("hits", 0) / total if total else 0.0
+
+    @property
+    def qps_at_sla(self) -> float | None:
+        return None if self.sla is None else self.sla.qps
+
+    @property
+    def energy_j(self) -> float:
+        return float(sum(t.get("energy_j", 0.0) for t in self.tiers))
+
+    def to_json(self) -> dict:
+        """A JSON-ready dict (no arrays; infinities as null)."""
+        def finite(x):
+            return None if isinstance(x, float) and not math.isfinite(x) else x
+
+        return {
+            "trace": self.trace, "config": self.config, "io_mode": self.io_mode,
+            "model": self.model, "dim": self.dim, "fmt": self.fmt,
+            "request_size": self.request_size, "batches": self.batches,
+            "requests": self.requests, "samples": self.samples, "lookups": self.lookups,
+            "wall_s": self.wall_s, "lookups_per_s": finite(self.lookups_per_s),
+            "hit_rate": self.hit_rate, "tiers": [dict(t) for t in self.tiers],
+            "latency_us": self.latency_us, "modeled_s": self.modeled_s,
+            "sla_us": self.sla_us, "qps_at_sla": finite(self.qps_at_sla),
+            "sla": None if self.sla is None else self.sla.to_json(),
+            "cpu_us_per_request": self.cpu_us_per_request, "energy_j": self.energy_j,
+            "extra": self.extra,
+        }
+
+
+def _diff(after: dict, before: dict | None) -> dict:
+    out = dict(after)
+    if before is not None:
+        for k in COUNTERS:
+            if k in after and k in before:
+                out[k] = after[k] - before[k]
+    useful = out.get("useful_bytes", 0)
+    if "bytes_read" in out:
+        out["read_amplification"] = out["bytes_read"] / useful if useful else 0.0
+    return out
+
+
+def _first_hits(tiers: list) -> tuple[int, int]:
+    t = tiers[0]
+    return t.get("hits", 0), t.get("misses", 0)
+
+
+def _devices(config: HierarchyConfig) -> dict[str, DeviceSpec]:
+    found = dict(DEVICES)
+    found.update({tc.device.name: tc.device for tc in config.tiers})
+    return found
+
+
+def _open_trace(trace):
+    if isinstance(trace, Trace):
+        return trace, False
+    return load(trace), True
+
+
+def _check_store_tables(store: Store, table_sizes) -> list[str]:
+    specs = list(store.tables.values())
+    if len(specs) != len(table_sizes):
+        raise ConfigError(f"store {store.path} holds {len(specs)} tables but the trace has "
+                          f"{len(table_sizes)}; tables are matched in order")
+    for t, (spec, rows) in enumerate(zip(specs, table_sizes)):
+        if spec.num_rows < rows:
+            raise ConfigError(f"store table {spec.name!r} has {spec.num_rows} rows but trace table {t} "
+                              f"has ids up to {int(rows) - 1}")
+    return [s.name for s in specs]
+
+
+def _make_model(preset: str, store: Store, seed: int):
+    from sdm.model import DLRM, get_preset
+    from sdm.model.sparse import SparseArch
+
+    p = get_preset(preset)
+    specs = list(store.tables.values())
+    dims = sorted({s.dim for s in specs})
+    if dims != [p.dim]:
+        raise ConfigError(f"model preset {p.name!r} has dim {p.dim} but the store's tables have dim "
+                          f"{dims}; build the store with --dim {p.dim}")
+    arch = dataclasses.replace(p, table_sizes=tuple(s.num_rows for s in specs))
+    model = DLRM.random(arch, seed=seed, materialize=False)
+    model.sparse = SparseArch(table_sizes=arch.table_sizes, dim=p.dim, seed=seed,
+                              names=[s.name for s in specs])
+    return model
+
+
+def replay(trace, config="dram", *, store=None, model: str | None = None, dim: int = DEFAULT_DIM,
+           fmt: str = "fp32", io_mode: str | None = None, sla_us: float | None = DEFAULT_SLA_US,
+           request_size: int | None = None, warmup_batches: int = 0, max_batches: int | None = None,
+           seed: int = 0, progress: bool | None = None, workdir=None, warm: bool = True,
+           checksum: bool = False) -> ReplayResult:
+    """Replay ``trace`` through a store under hierarchy ``config``.
+
+    Args:
+        trace: a trace path or an open :class:`sdm.trace.Trace`.
+        config: a hierarchy preset name, a TOML path or a :class:`HierarchyConfig`.
+        store: an existing store directory whose tables (in creation order) cover the trace's
+            tables; None builds one in a temporary directory (under ``workdir``) with ``dim``
+            columns (the model preset's dim when ``model`` is given) in row format ``fmt``.
+        model: a DLRM preset name (``sdm.model.PRESETS``): requests run the whole forward
+            (bottom MLP, lookups through the store, interaction, top MLP); dense features
+            come from the trace, or seeded random ones when it has none of the right width.
+        io_mode: override the config's ``modeled`` / ``paced`` / ``direct``.
+        sla_us: the p99 latency bound for the QPS search (None: skip it).
+        request_size: samples per request, or None (see :mod:`sdm.requests`).
+        warmup_batches: batches served first but left out of every reported number.
+        max_batches: stop after this many measured batches.
+        progress: show a progress bar with the running hit rate (None: only on a terminal).
+        warm: first serve one request through a throwaway open of the store, so one-time
+            setup (SCM row files derived from LMDB, kernels loaded from the JIT cache, the
+            page cache) is not timed; the measured open starts cold as configured.
+        checksum: record the float64 sum of every pooled value (or, with a model, every
+            probability) of the measured requests in ``extra["checksum"]``: equal across
+            hierarchies serving the same store.
+
+    Raises:
+        TraceNotFoundError, TraceFormatError: the trace. ConfigError: the config, the model
+        preset, or a store whose tables do not match. SlaError: an SLA no rate can meet.
+    """
+    config = resolve_config(config)
+    if io_mode is not None:
+        config = with_io_mode(config, io_mode)
+    if sla_us is not None:
+        sla_us = check_sla_us(sla_us)
+        floor_ns = min(tc.device.latency_ns(1) for tc in config.tiers)
+        if sla_us * 1e3 < floor_ns:
+            raise SlaError(f"SLA {sla_us:g} us is below {floor_ns / 1e3:g} us, the read latency of the "
+                           f"fastest device of hierarchy {config.name!r}; no request rate meets it")
+    for name, value in (("warmup_batches", warmup_batches), ("max_batches", max_batches)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise InvalidArgumentError(f"{name} must be an integer >= 0, got {value!r}")
+    if model is not None:
+        from sdm.model import get_preset
+
+        dim = get_preset(model).dim
+    _check_dim_fmt(dim, fmt)
+    tr, owned = _open_trace(trace)
+    try:
+        with tempfile.TemporaryDirectory(prefix="sdm-replay-", dir=workdir) as tmp:
+            if store is None:
+                store = build_store(os.path.join(tmp, "store"), tr.table_sizes, dim=dim, fmt=fmt,
+                                    seed=seed, progress=False)
+            if warm:
+                _warm(tr, store, config, request_size)
+            with Store.open(store, config=config) as st:
+                return _replay(tr, st, config, model, request_size, warmup_batches, max_batches,
+                               sla_us, seed, progress, checksum)
+    finally:
+        if owned:
+            tr.close()
+
+
+def _warm(tr, path, config, request_size) -> None:
+    with Store.open(path, config=config) as st:
+        names = list(st.tables)
+        for req in iter_requests((tr[i] for i in range(min(1, len(tr)))), request_size):
+            if len(names) == len(req.indices):
+                st.embedding_bags({n: (ix, of) for n, ix, of in zip(names, req.indices, req.offsets)})
+            return
+
+
+def _replay(tr, st: Store, config, model_name, request_size, warmup, max_batches, sla_us, seed,
+            progress, checksum) -> ReplayResult:
+    names = _check_store_tables(st, tr.table_sizes)
+    specs = list(st.tables.values())
+    model = _make_model(model_name, st, seed) if model_name is not None else None
+    last = len(tr) if max_batches is None else min(len(tr), warmup + max_batches)
+    total = int(tr.batch_lookups[warmup:last].sum())
+    for name in names:  # load resident tables and row files now, not inside the first request
+        st.lookup(name, np.empty(0, dtype=np.int64))
+    service, cpu, curve = [], [], []
+    before = None
+    lookups = samples = 0
+    wall = 0.0
+    step = max(1, total // _MAX_CURVE_POINTS)
+    next_sample = step
+    rng = np.random.default_rng([seed, 7])
+    probs = total_sum = 0.0
+    bar = tqdm(total=total, unit="lookup", unit_scale=True, desc=f"replay {config.name}",
+               disable=(None if progress is None else not progress), leave=False)
+    try:
+        batches = (tr[i] for i in range(last))
+        for req in iter_requests(batches, request_size):
+            measured = req.batch >= warmup
+            if measured and before is None:
+                before = st.stats()["tiers"]
+            if model is not None:
+                dense = req.dense
+                if dense is None or dense.ndim != 2 or dense.shape[1] != model.num_dense:
+                    dense = rng.random((req.samples, model.num_dense), dtype=np.float32)
+                sparse = list(zip(req.indices, req.offsets))
+            else:
+                bags = {n: (ix, of) for n, ix, of in zip(names, req.indices, req.offsets)}
+            t0 = time.perf_counter()
+            c0 = time.process_time_ns()
+            m0 = st.modeled_ns()
+            if model is not None:
+                p = model.forward(dense, sparse, embeddings=st)
+            else:
+                pooled = st.embedding_bags(bags)
+            m1 = st.modeled_ns()
+            c1 = time.process_time_ns()
+            t1 = time.perf_counter()
+            if not measured:
+                continue
+            if model is not None:
+                probs += float(p.sum(dtype=np.float64))
+            elif checksum:
+                total_sum += float(sum(v.sum(dtype=np.float64) for v in pooled.values()))
+            wall += t1 - t0
+            service.append(m1 - m0)
+            cpu.append(c1 - c0)
+            n = req.lookups
+            lookups += n
+            samples += req.samples
+            bar.update(n)
+            if lookups >= next_sample:
+                next_sample = lookups + step
+                hits, misses = _first_hits(_diff_list(st.stats()["tiers"], before))
+                rate = hits / (hits + misses) if hits + misses else 0.0
+                curve.append((len(service), rate))
+                bar.set_postfix_str(f"hit rate {rate:.3f}", refresh=False)
+    finally:
+        bar.close()
+        if model is not None:
+            model.close()
+    stats = st.stats()
+    tiers = _diff_list(stats["tiers"], before)
+    hits, misses = _first_hits(tiers)
+    if not curve or curve[-1][0] != len(service):
+        curve.append((len(service), hits / (hits + misses) if hits + misses else 0.0))
+    service_ns = np.asarray(service, dtype=np.int64)
+    result = ReplayResult(
+        trace=tr.path, config=config.name, io_mode=config.io_mode, model=model_name,
+        dim=specs[0].dim, fmt=specs[0].fmt, request_size=request_size,
+        batches=max(0, last - warmup), requests=len(service), samples=samples, lookups=lookups,
+        wall_s=wall, tiers=tiers, service_ns=service_ns, cpu_ns=np.asarray(cpu, dtype=np.int64),
+        curve=np.asarray(curve, dtype=np.float64).reshape(-1, 2), sla_us=sla_us)
+    if model is not None:
+        result.extra["mean_click_probability"] = probs / samples if samples else 0.0
+    if checksum:
+        result.extra["checksum"] = probs if model is not None else total_sum
+    modeled = int(service_ns.sum())
+    for t in tiers:
+        t["utilization"] = t.get("modeled_ns", 0) / modeled if modeled else 0.0
+    if sla_us is not None and len(service):
+        result.sla = qps_at_sla(service_ns, sla_us)
+        _at_sla(result, _devices(config))
+    return result
+
+
+def _diff_list(after: list, before: list | None) -> list:
+    if before is None:
+        return [_diff(a, None) for a in after]
+    by_name = {b["name"]: b for b in before}
+    return [_diff(a, by_name.get(a["name"])) for a in after]
+
+
+def _at_sla(result: ReplayResult, devices: dict) -> None:
+    """Per tier, the busy share and energy per request when requests arrive at the QPS the
+    SLA allows: busy time per request x QPS; active watts while busy, idle the rest."""
+    qps = result.sla.qps
+    if not math.isfinite(qps) or qps <= 0:
+        return
+    period_ns = 1e9 / qps
+    for t in result.tiers:
+        busy = t.get("modeled_ns", 0) / result.requests
+        t["utilization_at_sla"] = busy / period_ns
+        device = devices.get(t.get("device"))
+        if device is not None:
+            t["energy_j_per_request_at_sla"] = device.energy_j(busy, max(period_ns, busy))

@@ -1,0 +1,200 @@
+"""Renderers of replay and sweep results: Markdown, the ``make run`` comparison table, PNG.
+
+Renderers only format; every number comes from :class:`sdm.replay.ReplayResult` or
+:class:`sdm.sweep.SweepResult`. matplotlib (the optional ``plot`` extra) is imported only
+when plots are asked for; without it the plot functions return None and write nothing.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+__all__ = ["replay_markdown", "comparison_table", "sweep_markdown", "plot_replay", "plot_sweep",
+           "have_matplotlib"]
+
+
+def _us(x) -> str:
+    if x is None:
+        return "-"
+    return f"{x / 1e3:,.2f} ms" if x >= 1e4 else f"{x:,.1f} µs"
+
+
+def _qps(x) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.0f}" if x >= 100 else f"{x:,.2f}"
+
+
+def _bytes(n) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:,.1f} {unit}"
+    return f"{n:,} B"
+
+
+def replay_markdown(r) -> str:
+    """A Markdown summary of one :class:`~sdm.replay.ReplayResult`."""
+    j = r.to_json()
+    lat = j["latency_us"]
+    what = f"{r.requests:,} requests ({r.samples:,} samples, {r.lookups:,} lookups) from {r.batches} batches"
+    lines = [
+        f"# sdm replay: `{os.path.basename(r.trace)}` through `{r.config}`", "",
+        f"- {what}; a request is "
+        + ("one trace batch (or one request id of an inference trace)" if r.request_size is None
+           else f"{r.request_size} samples of a batch"),
+        f"- rows: dim {r.dim}, {r.fmt}; io mode `{r.io_mode}`" + (f"; model `{r.model}`" if r.model else ""),
+        f"- replay speed: {r.lookups_per_s:,.0f} lookups/s ({r.wall_s:.3f} s in serving calls); "
+        f"CPU {r.cpu_us_per_request:,.1f} µs per request",
+        f"- DRAM hit rate (first tier, distinct rows per request): {r.hit_rate:.4f}",
+        f"- modeled device time: {j['modeled_s']:.4f} s; energy over it {r.energy_j:.4f} J", "",
+        "## Modeled latency per request (zero load)", "",
+        "| p50 | p95 | p99 | p99.9 |", "|---|---|---|---|",
+        f"| {_us(lat['p50'])} | {_us(lat['p95'])} | {_us(lat['p99'])} | {_us(lat['p999'])} |", "",
+    ]
+    if r.sla is not None:
+        s = r.sla
+        lines += ["## Throughput under the SLA", "",
+                  f"- SLA: p{s.percentile:g} <= {_us(s.sla_us)}; Poisson arrivals, one FCFS queue "
+                  f"over the modeled service times ({s.arrivals:,} simulated arrivals)",
+                  f"- **QPS at SLA: {_qps(r.qps_at_sla)}** requests/s (p{s.percentile:g} there "
+                  f"{_us(s.latency_at_qps_us)}; saturation {_qps(s.saturation_qps)}/s; "
+                  f"utilization {s.utilization:.2f})", ""]
+    lines += ["## Tiers", "",
+              "| tier | device | hits | misses | reads (blocks) | bytes read | read amp. | busy share "
+              "| util. at SLA | energy J |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for t in r.tiers:
+        util = t.get("utilization_at_sla")
+        lines.append(
+            f"| {t['name']} | {t.get('device', '-')} | {t.get('hits', 0):,} | {t.get('misses', 0):,} "
+            f"| {t.get('reads', 0):,} | {_bytes(t.get('bytes_read', 0))} "
+            f"| {t.get('read_amplification', 0.0):.2f} | {t.get('utilization', 0.0):.3f} "
+            f"| {'-' if util is None else f'{util:.3f}'} | {t.get('energy_j', 0.0):.4f} |")
+    if r.extra:
+        lines += ["", "## Extra", ""] + [f"- {k}: {v}" for k, v in r.extra.items()]
+    return "\n".join(lines) + "\n"
+
+
+def comparison_table(results) -> str:
+    """One Markdown row per replay: the ``make run`` table."""
+    rows = ["| config | lookups/s | hit rate | p50 | p99 | QPS at SLA | blocks read (last tier) "
+            "| read amp. |", "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        lat = r.latency_us
+        last = r.tiers[-1] if r.tiers else {}
+        blocks = f"{last.get('reads', 0):,} x {last.get('device', '?')}"
+        rows.append(f"| {r.config} | {r.lookups_per_s:,.0f} | {r.hit_rate:.3f} | {_us(lat['p50'])} "
+                    f"| {_us(lat['p99'])} | {_qps(r.qps_at_sla)} | {blocks} "
+                    f"| {last.get('read_amplification', 0.0):.2f} |")
+    return "\n".join(rows)
+
+
+def sweep_markdown(s) -> str:
+    """A Markdown table of a :class:`~sdm.sweep.SweepResult`: one row per point."""
+    head = ["# sdm sweep: `" + os.path.basename(s.trace) + "`", "",
+            f"{s.requests:,} requests, {s.lookups:,} lookups, {s.keys:,} cache keys; rows {s.row_bytes} B "
+            f"(dim {s.dim}, {s.fmt}); SCM queue depth {s.queue_depth}; SLA p99 <= {_us(s.sla_us)}; "
+            f"{len(s.points)} points on {s.workers} threads in {s.wall_s:.2f} s", ""]
+    cols = " | ".join(f"QPS {d}" for d in s.devices)
+    head += [f"| policy | cache | rows | miss ratio | lookups/s | {cols} |",
+             "|---|---|---|---|---|" + "---|" * len(s.devices)]
+    for p in s.points:
+        qps = " | ".join(_qps(p.devices[d]["qps_at_sla"]) for d in s.devices)
+        head.append(f"| {p.policy} | {_bytes(p.cache_bytes)} | {p.capacity_rows:,} | {p.miss_ratio:.4f} "
+                    f"| {p.lookups_per_s:,.0f} | {qps} |")
+    return "\n".join(head) + "\n"
+
+
+def have_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+def plot_replay(r, outdir) -> list[str] | None:
+    """Write ``latency_cdf.png`` and ``hit_rate.png`` into ``outdir`` (created); returns the
+    paths, or None when matplotlib is missing."""
+    plt = _pyplot()
+    if plt is None:
+        return None
+    os.makedirs(outdir, exist_ok=True)
+    paths = []
+    lat = np.sort(r.service_ns) / 1e3
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if lat.size:
+        ax.step(lat, np.arange(1, lat.size + 1) / lat.size, where="post", label="modeled, zero load")
+    if r.sla is not None:
+        ax.axvline(r.sla.sla_us, color="k", ls="--", lw=1, label=f"SLA {r.sla.sla_us:g} µs")
+    ax.set_xlabel("modeled request latency (µs)")
+    ax.set_ylabel("fraction of requests")
+    ax.set_title(f"{r.config}: latency CDF ({r.requests} requests)")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    paths.append(_save(plt, fig, outdir, "latency_cdf.png"))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if len(r.curve):
+        ax.plot(r.curve[:, 0], r.curve[:, 1], marker=".")
+    ax.set_xlabel("requests served")
+    ax.set_ylabel("running hit rate (first tier)")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(f"{r.config}: hit rate over time")
+    ax.grid(alpha=0.3)
+    paths.append(_save(plt, fig, outdir, "hit_rate.png"))
+    return paths
+
+
+def plot_sweep(s, path) -> str | None:
+    """Miss-ratio curves per policy (belady dashed, the lower bound) and QPS at SLA per device
+    and cache size; one PNG at ``path``. None when matplotlib is missing."""
+    plt = _pyplot()
+    if plt is None:
+        return None
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    mib = np.asarray(s.cache_sizes, dtype=np.float64) / (1 << 20)
+    for policy, curve in s.curves.items():
+        style = dict(ls="--", color="k") if policy == "belady" else {}
+        a.plot(mib, curve, marker="o", label=policy, **style)
+    a.set_xscale("log")
+    a.set_xlabel("DRAM cache (MiB)")
+    a.set_ylabel("miss ratio (distinct rows per request)")
+    a.set_title("miss-ratio curves")
+    a.grid(alpha=0.3)
+    a.legend()
+    for d in s.devices:
+        for policy in s.policies:
+            pts = sorted((p for p in s.points if p.policy == policy), key=lambda p: p.cache_bytes)
+            qps = [np.nan if p.devices[d]["qps_at_sla"] is None else p.devices[d]["qps_at_sla"] for p in pts]
+            b.plot([p.cache_bytes / (1 << 20) for p in pts], qps, marker=".", label=f"{policy} / {d}",
+                   ls="--" if policy == "belady" else "-")
+    b.set_xscale("log")
+    b.set_xlabel("DRAM cache (MiB)")
+    b.set_ylabel(f"QPS at p99 <= {s.sla_us:g} µs")
+    b.set_title("modeled throughput under the SLA")
+    b.grid(alpha=0.3)
+    b.legend(fontsize=7)
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    return _save(plt, fig, d, os.path.basename(path))
+
+
+def _save(plt, fig, outdir, name) -> str:
+    p = os.path.join(outdir, name)
+    fig.tight_layout()
+    fig.savefig(p, dpi=100)
+    plt.close(fig)
+    return p
