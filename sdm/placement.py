@@ -69,10 +69,20 @@ class Placement:
     _inverse: dict = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self):
+        if isinstance(self.pinned_tables, str):
+            raise ConfigError(f"placement pinned_tables must be a sequence of table names, got the "
+                              f"string {self.pinned_tables!r}")
         object.__setattr__(self, "pinned_tables", tuple(self.pinned_tables))
+        for name in self.pinned_tables:
+            if not isinstance(name, str):
+                raise ConfigError(f"placement pinned_tables holds {name!r}, not a table name")
+        if not isinstance(self.info, dict):
+            raise ConfigError(f"placement info must be a dict, got {type(self.info).__name__}")
         for attr in ("pinned_rows", "row_order"):
             arrays = {}
             for name, arr in dict(getattr(self, attr)).items():
+                if not isinstance(name, str):
+                    raise ConfigError(f"placement {attr} key {name!r} is not a table name")
                 a = np.asarray(arr)
                 if a.ndim != 1 or not (np.issubdtype(a.dtype, np.integer) and a.dtype != np.bool_):
                     raise ConfigError(f"placement {attr}[{name!r}] must be a 1-D integer array, got "

@@ -431,6 +431,10 @@ def test_validate_names_the_table_and_the_limit(placement, words):
     (dict(row_order={"b": np.array([0, 2])}), ["row 2", "[0, 2)"]),
     (dict(row_order={"b": np.array([1, 1, 0, 2])[:3]}), ["not a permutation", "row 2"]),
     (dict(info={"x": object()}), ["JSON"]),
+    (dict(info=[1]), ["info must be a dict"]),
+    (dict(pinned_tables="ab"), ["sequence of table names", "'ab'"]),
+    (dict(pinned_tables=(3,)), ["holds 3"]),
+    (dict(row_order={3: np.arange(2)}), ["key 3"]),
 ])
 def test_malformed_placements_are_refused(kwargs, words):
     with pytest.raises(ConfigError) as err:

@@ -272,7 +272,7 @@ class MmapTier(Tier):
         return got
 
     def _positions(self, layout, ids) -> np.ndarray:
-        pos = self._pos[layout.name][1] if layout.name in self._pos else self._order(layout)[1]
+        pos = self._order(layout)[1]
         ids = np.asarray(ids, dtype=np.int64)
         return ids if pos is None else pos[ids]
 
