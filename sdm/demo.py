@@ -1,87 +1,49 @@
-"""The embedded default job: build a small store from generated tables, serve a stream of
-pooled lookups through each hierarchy preset, and compare what each tier did.
+"""The embedded default job (``sdm run``, so ``make run``): replay the bundled trace through
+the ``dram``, ``sdm-nand`` and ``sdm-3dxp`` hierarchies and compare what each did.
 
-Used by ``sdm run`` (and so ``make run``); needs no download and no server.
+One store is built for the trace (deterministic random rows) and opened under each preset in
+turn, so every preset serves the same rows: their pooled results must agree exactly. Needs no
+download and no server; when the repository's ``traces/default.npz`` is not at hand (an
+installed package) the same trace is generated from its seeded profile.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-import time
-from dataclasses import dataclass, field
+from pathlib import Path
 
-import numpy as np
+from sdm.queueing import DEFAULT_SLA_US
+from sdm.replay import DEFAULT_DIM, ReplayResult, build_store, replay
+from sdm.trace.format import load
 
-from sdm.store import Store, TableSpec
+__all__ = ["DEMO_PRESETS", "DEFAULT_TRACE", "default_trace", "run_demo"]
 
-DEMO_TABLES = (
-    TableSpec("user_id", 200_000, 64, "fp32"),
-    TableSpec("item_id", 100_000, 64, "fp16"),
-    TableSpec("category", 5_000, 32, "int8"),
-    TableSpec("context", 50_000, 64, "int8"),
-)
-
-
-@dataclass
-class PresetRun:
-    """What one preset did on the demo stream."""
-
-    preset: str
-    lookups: int
-    seconds: float
-    tiers: list = field(default_factory=list)
-    checksum: float = 0.0
-
-    @property
-    def lookups_per_s(self) -> float:
-        return self.lookups / self.seconds if self.seconds else float("inf")
+DEMO_PRESETS = ("dram", "sdm-nand", "sdm-3dxp")
+DEFAULT_TRACE = Path(__file__).resolve().parents[1] / "traces" / "default.npz"
+# traces/README.md: how default.npz was made
+_DEFAULT_PROFILE = dict(profile="meta-2021", seed=0, table_size="100000", batch_size=256, batches=32)
 
 
-def zipf_batches(specs, *, batches: int, bags: int, pooling: int, alpha: float, seed: int):
-    """``batches`` requests ``{name: (indices int64, offsets int64 (bags+1,))}`` with Zipf(alpha)
-    ids whose ranks are scattered over each table by a fixed permutation."""
-    rng = np.random.default_rng(seed)
-    perms = {s.name: rng.permutation(s.num_rows) for s in specs}
-    out = []
-    for _ in range(batches):
-        batch = {}
-        for s in specs:
-            lengths = rng.integers(0, 2 * pooling + 1, bags)
-            ranks = (rng.zipf(alpha, int(lengths.sum())) - 1) % s.num_rows
-            batch[s.name] = (perms[s.name][ranks], np.concatenate([[0], np.cumsum(lengths)]))
-        out.append(batch)
-    return out
+def default_trace(workdir) -> str:
+    """The bundled ``traces/default.npz``, or the same trace generated into ``workdir``."""
+    if DEFAULT_TRACE.is_file():
+        return str(DEFAULT_TRACE)
+    from sdm.trace.generate import generate_to
+
+    params = dict(_DEFAULT_PROFILE)
+    return generate_to(os.path.join(workdir, "default.npz"), params.pop("profile"), **params)
 
 
-def run_demo(presets=("dram", "ssd"), *, batches: int = 40, bags: int = 256, pooling: int = 20,
-             alpha: float = 1.05, seed: int = 0, workdir: str | None = None) -> list[PresetRun]:
-    """Build the demo store under ``workdir`` (a temp dir by default) and replay one Zipf
-    stream through each preset. Returns one :class:`PresetRun` per preset."""
+def run_demo(presets=DEMO_PRESETS, *, trace=None, dim: int = DEFAULT_DIM, fmt: str = "fp32",
+             sla_us: float = DEFAULT_SLA_US, max_batches: int | None = None, workdir=None,
+             progress: bool | None = None) -> list[ReplayResult]:
+    """Replay ``trace`` (default: :func:`default_trace`) through each preset over one store
+    built under ``workdir`` (a temp dir by default). Returns one
+    :class:`~sdm.replay.ReplayResult` per preset, each with ``extra["checksum"]``."""
     with tempfile.TemporaryDirectory(prefix="sdm-demo-", dir=workdir) as tmp:
-        path = os.path.join(tmp, "store")
-        rng = np.random.default_rng(seed)
-        with Store.create(path, DEMO_TABLES) as store:
-            for spec in DEMO_TABLES:
-                store.write_table(spec.name, rng.standard_normal((spec.num_rows, spec.dim), dtype=np.float32))
-        stream = zipf_batches(DEMO_TABLES, batches=batches, bags=bags, pooling=pooling, alpha=alpha, seed=seed)
-        runs = []
-        for preset in presets:
-            with Store.open(path, config=preset) as store:
-                store.embedding_bags(stream[0])  # warm: load DRAM tables, compile kernels
-                warm = store.stats()
-                t0 = time.perf_counter()
-                total = 0.0
-                for batch in stream:
-                    pooled = store.embedding_bags(batch)
-                    total += float(sum(p.sum(dtype=np.float64) for p in pooled.values()))
-                seconds = time.perf_counter() - t0
-                stats = store.stats()
-            tiers = [_minus(t, w) for t, w in zip(stats["tiers"], warm["tiers"])]
-            runs.append(PresetRun(preset, stats["lookups"] - warm["lookups"], seconds, tiers, total))
-        return runs
-
-
-def _minus(after: dict, before: dict) -> dict:
-    return {k: (v - before.get(k, 0) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
-            for k, v in after.items()}
+        path = trace if trace is not None else default_trace(tmp)
+        with load(path) as tr:
+            store = build_store(os.path.join(tmp, "store"), tr.table_sizes, dim=dim, fmt=fmt, progress=False)
+            return [replay(tr, preset, store=store, sla_us=sla_us, max_batches=max_batches,
+                           checksum=True, progress=progress) for preset in presets]

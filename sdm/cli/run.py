@@ -3,36 +3,42 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 
-from sdm.demo import DEMO_TABLES, run_demo
+from sdm.demo import DEMO_PRESETS, run_demo
 
 
 def register(sub) -> None:
-    p = sub.add_parser("run", help="build a demo store and serve pooled lookups through each preset",
-                       description="Build a small store from generated tables and serve a Zipf "
-                                   "stream of pooled lookups through each hierarchy preset.")
-    p.add_argument("--presets", nargs="+", default=["dram", "ssd"], help="hierarchy presets to compare")
-    p.add_argument("--batches", type=int, default=40)
-    p.add_argument("--seed", type=int, default=0)
+    p = sub.add_parser("run", help="replay the bundled trace through dram, sdm-nand and sdm-3dxp",
+                       description="Replay the bundled trace (traces/default.npz) through each "
+                                   "hierarchy preset over one generated store and compare "
+                                   "replay speed, hit rate, modeled latency, QPS at the SLA, "
+                                   "blocks read and read amplification.")
+    p.add_argument("--presets", nargs="+", default=list(DEMO_PRESETS), help="hierarchy presets to compare")
+    p.add_argument("--trace", help="another trace file to replay")
+    p.add_argument("--batches", type=int, help="replay at most this many batches")
+    p.add_argument("--dim", type=int, default=64, help="columns per row (default 64)")
+    p.add_argument("--sla-us", type=float, default=30_000.0, help="p99 SLA in microseconds (default 30000)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_run)
 
 
 def _run(args) -> int:
-    runs = run_demo(tuple(args.presets), batches=args.batches, seed=args.seed)
+    from sdm.replay_render import comparison_table
+
+    runs = run_demo(tuple(args.presets), trace=args.trace, dim=args.dim, sla_us=args.sla_us,
+                    max_batches=args.batches, progress=sys.stderr.isatty())
+    same = len({round(r.extra["checksum"], 3) for r in runs}) == 1
     if args.json:
-        print(json.dumps([{"preset": r.preset, "lookups": r.lookups, "seconds": r.seconds,
-                           "lookups_per_s": r.lookups_per_s, "tiers": r.tiers} for r in runs], indent=1))
-        return 0
-    print("sdm demo store:")
-    for spec in DEMO_TABLES:
-        print(f"  {spec.name:<10} {spec.num_rows:>9,} rows x {spec.dim:<3} {spec.fmt}")
-    print(f"\nZipf(1.05) stream, {args.batches} batches of 256 bags x ~20 lookups per table:\n")
-    print(f"{'preset':<10} {'lookups':>10} {'seconds':>8} {'lookups/s':>12}  tier: rows served, reads, bytes read")
-    for r in runs:
-        tiers = "; ".join(f"{t['name']}: {t['hits']:,} rows, {t['reads']:,} reads, {t['bytes_read'] / 2**20:.1f} MiB"
-                          for t in r.tiers)
-        print(f"{r.preset:<10} {r.lookups:>10,} {r.seconds:>8.3f} {r.lookups_per_s:>12,.0f}  {tiers}")
-    same = len({round(r.checksum, 2) for r in runs}) == 1
-    print(f"\npooled results identical across presets: {'yes' if same else 'NO'}")
+        print(json.dumps({"runs": [r.to_json() for r in runs], "identical": same}, indent=1))
+        return 0 if same else 1
+    r0 = runs[0]
+    print(f"sdm run: {os.path.basename(r0.trace)}, {r0.batches} batches, {r0.requests} requests of "
+          f"{r0.samples // max(1, r0.requests)} samples, {r0.lookups:,} lookups; rows dim {r0.dim} {r0.fmt}; "
+          f"SLA p99 <= {args.sla_us / 1e3:g} ms\n")
+    print(comparison_table(runs))
+    print("\nlookups/s: wall-clock replay speed; latency and QPS: modeled device time per request "
+          "(a request = one batch), QPS at SLA from a FCFS queue of Poisson arrivals.")
+    print(f"pooled results identical across presets: {'yes' if same else 'NO'}")
     return 0 if same else 1
