@@ -303,10 +303,9 @@ def replay(trace, config="dram", *, store=None, model: str | None = None, dim: i
 
 def _warm(tr, path, config, request_size) -> None:
     with Store.open(path, config=config) as st:
-        names = list(st.tables)
+        names = _check_store_tables(st, tr.table_sizes)
         for req in iter_requests((tr[i] for i in range(min(1, len(tr)))), request_size):
-            if len(names) == len(req.indices):
-                st.embedding_bags({n: (ix, of) for n, ix, of in zip(names, req.indices, req.offsets)})
+            st.embedding_bags({n: (ix, of) for n, ix, of in zip(names, req.indices, req.offsets)})
             return
 
 
