@@ -40,7 +40,6 @@ _VERSION = 1
 # Rows of lookups buffered per table before they are merged into the running counts: bounds
 # the profile's memory to the touched rows plus this buffer.
 _MERGE_IDS = 1 << 22
-_MINHASHES = 2
 
 
 # -- the placement ------------------------------------------------------------------------
@@ -485,6 +484,11 @@ def _mix64(x: np.ndarray) -> np.ndarray:
         return x ^ (x >> np.uint64(31))
 
 
+# Seeds of the MinHash functions: two over batches, one over bags.
+_SEED_BATCH = _mix64(np.array([1, 2], dtype=np.uint64))
+_SEED_BAG = _mix64(np.array([3], dtype=np.uint64))[0]
+
+
 # -- the greedy pin rule -------------------------------------------------------------------
 
 @jit
@@ -548,10 +552,11 @@ def _layout_order(spec: TableSpec, ids, count, presence, sig, pinned, layout: st
     else:
         # Half-octave of lookups first (rows read about as often share blocks; measured: finer
         # classes change nothing, coarser ones lose to "frequency" on independent draws), then
-        # the MinHash signature of the set of batches reading the row, so rows read by the
-        # same batches land next to each other; then as "frequency".
+        # the MinHash of the batches reading the row (rows read by the same batches land
+        # together), then of the bags holding it (within those, rows of the same bags side by
+        # side); then as "frequency".
         octave = np.floor(np.log2(count) * 2.0).astype(np.int64)
-        keys = (ids, -presence, -count) + tuple(sig[:, k] for k in range(sig.shape[1] - 1, -1, -1)) + (-octave,)
+        keys = (ids, -presence, sig[:, 2], -count, sig[:, 1], sig[:, 0], -octave)
     touched = ids[np.lexsort(keys + (~is_pin,))]
     rest = np.ones(n, dtype=np.bool_)
     rest[ids] = False
@@ -559,20 +564,30 @@ def _layout_order(spec: TableSpec, ids, count, presence, sig, pinned, layout: st
 
 
 def _signatures(trace, span: range, specs, prof: _Profile) -> list[np.ndarray]:
-    """Per table ``(m, _MINHASHES) uint64``: MinHash of the set of profile batches reading each
-    touched row (rows with equal sets get equal signatures; Jaccard J agrees w.p. J per hash)."""
-    sigs = [np.full((prof.ids[t].shape[0], _MINHASHES), np.iinfo(np.uint64).max, dtype=np.uint64)
-            for t in range(len(specs))]
-    seeds = np.arange(1, _MINHASHES + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    """Per table ``(m, 3) uint64`` MinHashes of each touched row: columns 0 and 1 (two hash
+    functions) over the set of profile batches reading it, column 2 over the set of bags
+    (batch, sample) holding it.
+    Rows with equal sets get equal values (sets with Jaccard similarity J agree with
+    probability J)."""
+    top = np.iinfo(np.uint64).max
+    sigs = [np.full((prof.ids[t].shape[0], 3), top, dtype=np.uint64) for t in range(len(specs))]
     for i in span:
-        h = _mix64(np.uint64(i) ^ seeds)
         batch = _batch(trace, i)
+        h_batch = _mix64(np.uint64(i) ^ _SEED_BATCH)  # (2,): two hash functions
         for t in range(len(specs)):
             ix = np.asarray(batch.indices[t], dtype=np.int64)
             if not ix.shape[0]:
                 continue
-            at = np.searchsorted(prof.ids[t], np.unique(ix))
-            sigs[t][at] = np.minimum(sigs[t][at], h)  # `at` is unique: plain fancy assignment
+            off = np.asarray(batch.offsets[t], dtype=np.int64)
+            bag = np.repeat(np.arange(off.shape[0] - 1, dtype=np.uint64), np.diff(off))
+            h_bag = _mix64((np.uint64(i) << np.uint64(32)) ^ bag ^ _SEED_BAG)
+            by = np.lexsort((h_bag, ix))  # per row, its smallest bag hash first
+            first = np.ones(by.shape[0], dtype=np.bool_)
+            first[1:] = ix[by[1:]] != ix[by[:-1]]
+            at = np.searchsorted(prof.ids[t], ix[by[first]])
+            sig = sigs[t]
+            sig[at, :2] = np.minimum(sig[at, :2], h_batch)  # `at` is unique: plain fancy assignment
+            sig[at, 2] = np.minimum(sig[at, 2], h_bag[by[first]])
     return sigs
 
 
@@ -601,11 +616,12 @@ def plan(trace, tables: Mapping[str, TableSpec], *, dram_bytes: int, pin_fractio
     * ``"frequency"``: rows by profile lookups, descending (then by the number of profile
       batches reading them, then id): hot rows packed into few blocks.
     * ``"coaccess"``: rows grouped by half-octave of lookups (``floor(2 * log2(lookups))``),
-      within it by a MinHash signature (2 hashes) of the set of profile batches reading the
-      row, then as ``"frequency"``. Rows read by the same batches get equal signatures and so
-      share blocks (Bandana's co-access idea at batch granularity; the objective is distinct
-      blocks per batch); rows that co-occur only by chance stay among rows of similar
-      heat. One sort, memory linear in the touched rows.
+      within it by a MinHash signature (two hashes) of the set of profile batches reading the
+      row, then by a MinHash of the set of bags (batch, sample) holding it, then as ``"frequency"``. Rows read by the
+      same batches get equal batch hashes and share blocks (Bandana's co-access idea; the
+      objective is distinct blocks per batch), and among them rows of the same bags sit side
+      by side; rows that co-occur only by chance stay among rows of similar heat. A second
+      pass over the profile batches, one sort, memory linear in the touched rows.
     * ``None``: identity order (no ``row_order`` entries).
 
     Args:
