@@ -532,12 +532,10 @@ def _choose_pins(specs, prof: _Profile, budget: int):
     order = np.lexsort((row, table, kind, -(hits / nbytes)))
     whole, take = _greedy_pins(table[order], row[order], nbytes[order], tab_b, np.int64(budget))
     taken = order[take]
-    taken = taken[row[taken] >= 0]
-    pins = []
-    for t in range(ntab):
-        ids = row[taken[table[taken] == t]] if not whole[t] else np.empty(0, np.int64)
-        pins.append(np.sort(ids))
-    return whole, pins
+    taken = taken[(row[taken] >= 0) & ~whole[table[taken]]]
+    taken = taken[np.lexsort((row[taken], table[taken]))]
+    cuts = np.searchsorted(table[taken], np.arange(ntab + 1))
+    return whole, [row[taken[cuts[t]:cuts[t + 1]]] for t in range(ntab)]
 
 
 # -- the block layout ------------------------------------------------------------------------
@@ -550,8 +548,8 @@ def _layout_order(spec: TableSpec, ids, count, presence, sig, pinned, layout: st
     if layout == "frequency":
         keys = (ids, -presence, -count)
     else:
-        # Half-octave of lookups first (rows read about as often share blocks; measured: finer
-        # classes change nothing, coarser ones lose to "frequency" on independent draws), then
+        # Half-octave of lookups first (rows read about as often share blocks; on the bundled
+        # trace whole octaves did a little worse, quarter octaves no better), then
         # the MinHash of the batches reading the row (rows read by the same batches land
         # together), then of the bags holding it (within those, rows of the same bags side by
         # side); then as "frequency".
@@ -566,9 +564,8 @@ def _layout_order(spec: TableSpec, ids, count, presence, sig, pinned, layout: st
 def _signatures(trace, span: range, specs, prof: _Profile) -> list[np.ndarray]:
     """Per table ``(m, 3) uint64`` MinHashes of each touched row: columns 0 and 1 (two hash
     functions) over the set of profile batches reading it, column 2 over the set of bags
-    (batch, sample) holding it.
-    Rows with equal sets get equal values (sets with Jaccard similarity J agree with
-    probability J)."""
+    (batch, sample) holding it. Rows with equal sets get equal values (sets with Jaccard
+    similarity J agree with probability J)."""
     top = np.iinfo(np.uint64).max
     sigs = [np.full((prof.ids[t].shape[0], 3), top, dtype=np.uint64) for t in range(len(specs))]
     for i in span:
