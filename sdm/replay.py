@@ -97,7 +97,8 @@ class ReplayResult:
     ``energy_j_per_request_at_sla``.
 
     Arrays: ``service_ns`` ``(R,)`` int64 modeled device time per request; ``cpu_ns``
-    ``(R,)`` int64 process CPU time per request; ``curve`` ``(k, 2)`` float64 rows of
+    ``(R,)`` int64 process CPU time per request; ``wall_ns`` ``(R,)`` int64 wall-clock time
+    of each serving call; ``curve`` ``(k, 2)`` float64 rows of
     (requests served, running hit rate).
 
     ``extra``: further per-run counters (prefetch, placement, model ...), copied into the
@@ -119,6 +120,7 @@ class ReplayResult:
     tiers: list
     service_ns: np.ndarray
     cpu_ns: np.ndarray
+    wall_ns: np.ndarray
     curve: np.ndarray
     sla: SlaResult | None = None
     sla_us: float | None = None
@@ -318,7 +320,7 @@ def _replay(tr, st: Store, config, model_name, request_size, warmup, max_batches
     total = int(tr.batch_lookups[warmup:last].sum())
     for name in names:  # load resident tables and row files now, not inside the first request
         st.lookup(name, np.empty(0, dtype=np.int64))
-    service, cpu, curve = [], [], []
+    service, cpu, walls, curve = [], [], [], []
     before = None
     lookups = samples = 0
     wall = 0.0
@@ -358,6 +360,7 @@ def _replay(tr, st: Store, config, model_name, request_size, warmup, max_batches
             elif checksum:
                 total_sum += float(sum(v.sum(dtype=np.float64) for v in pooled.values()))
             wall += t1 - t0
+            walls.append(int((t1 - t0) * 1e9))
             service.append(m1 - m0)
             cpu.append(c1 - c0)
             n = req.lookups
@@ -385,6 +388,7 @@ def _replay(tr, st: Store, config, model_name, request_size, warmup, max_batches
         dim=specs[0].dim, fmt=specs[0].fmt, request_size=request_size,
         batches=max(0, last - warmup), requests=len(service), samples=samples, lookups=lookups,
         wall_s=wall, tiers=tiers, service_ns=service_ns, cpu_ns=np.asarray(cpu, dtype=np.int64),
+        wall_ns=np.asarray(walls, dtype=np.int64),
         curve=np.asarray(curve, dtype=np.float64).reshape(-1, 2), sla_us=sla_us)
     if model is not None:
         result.extra["mean_click_probability"] = probs / samples if samples else 0.0
