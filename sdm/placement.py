@@ -326,8 +326,10 @@ def _check_tables(trace, tables: Mapping[str, TableSpec]) -> list[TableSpec]:
             raise InvalidArgumentError(f"tables[{name!r}] must be a TableSpec, got {type(spec).__name__}")
     sizes = np.asarray(trace.table_sizes, dtype=np.int64)
     if sizes.shape[0] != len(specs):
+        names = list(tables)
+        shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
         raise ConfigError(f"the trace has {sizes.shape[0]} tables, the store {len(specs)} "
-                          f"({list(tables)}); trace table t must be the store's t-th table")
+                          f"({shown}); trace table t must be the store's t-th table")
     for t, spec in enumerate(specs):
         if int(sizes[t]) != spec.num_rows:
             raise ConfigError(f"trace table {t} has {int(sizes[t])} rows, store table {spec.name!r} "
