@@ -101,6 +101,9 @@ class ReplayResult:
     of each serving call; ``curve`` ``(k, 2)`` float64 rows of
     (requests served, running hit rate).
 
+    ``request_definition``: ``"batch"`` (one request per trace batch), ``"request_ids"``
+    (one per request id of an inference trace) or ``"N samples"``.
+
     ``extra``: further per-run counters (prefetch, placement, model ...), copied into the
     JSON as they are.
     """
@@ -124,6 +127,7 @@ class ReplayResult:
     curve: np.ndarray
     sla: SlaResult | None = None
     sla_us: float | None = None
+    request_definition: str = "batch"
     extra: dict = field(default_factory=dict)
 
     @property
@@ -167,7 +171,8 @@ class ReplayResult:
         return {
             "trace": self.trace, "config": self.config, "io_mode": self.io_mode,
             "model": self.model, "dim": self.dim, "fmt": self.fmt,
-            "request_size": self.request_size, "batches": self.batches,
+            "request_size": self.request_size, "request_definition": self.request_definition,
+            "batches": self.batches,
             "requests": self.requests, "samples": self.samples, "lookups": self.lookups,
             "wall_s": self.wall_s, "lookups_per_s": finite(self.lookups_per_s),
             "hit_rate": self.hit_rate, "tiers": [dict(t) for t in self.tiers],
@@ -390,6 +395,10 @@ def _replay(tr, st: Store, config, model_name, request_size, warmup, max_batches
         wall_s=wall, tiers=tiers, service_ns=service_ns, cpu_ns=np.asarray(cpu, dtype=np.int64),
         wall_ns=np.asarray(walls, dtype=np.int64),
         curve=np.asarray(curve, dtype=np.float64).reshape(-1, 2), sla_us=sla_us)
+    if request_size is not None:
+        result.request_definition = f"{request_size} samples"
+    elif warmup < last and tr[warmup].request_ids is not None:
+        result.request_definition = "request_ids"
     if model is not None:
         result.extra["mean_click_probability"] = probs / samples if samples else 0.0
     if checksum:

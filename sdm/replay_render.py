@@ -41,9 +41,9 @@ def replay_markdown(r) -> str:
     what = f"{r.requests:,} requests ({r.samples:,} samples, {r.lookups:,} lookups) from {r.batches} batches"
     lines = [
         f"# sdm replay: `{os.path.basename(r.trace)}` through `{r.config}`", "",
-        f"- {what}; a request is "
-        + ("one trace batch (or one request id of an inference trace)" if r.request_size is None
-           else f"{r.request_size} samples of a batch"),
+        f"- {what}; a request is " + {"batch": "one trace batch",
+                                      "request_ids": "one request id (user x items) of a batch"}.get(
+            r.request_definition, f"{r.request_definition} of a batch"),
         f"- rows: dim {r.dim}, {r.fmt}; io mode `{r.io_mode}`" + (f"; model `{r.model}`" if r.model else ""),
         f"- replay speed: {r.lookups_per_s:,.0f} lookups/s ({r.wall_s:.3f} s in serving calls); "
         f"CPU {r.cpu_us_per_request:,.1f} µs per request",
@@ -182,6 +182,7 @@ def plot_sweep(s, path) -> str | None:
             b.plot([p.cache_bytes / (1 << 20) for p in pts], qps, marker=".", label=f"{policy} / {d}",
                    ls="--" if policy == "belady" else "-")
     b.set_xscale("log")
+    b.set_yscale("log")
     b.set_xlabel("DRAM cache (MiB)")
     b.set_ylabel(f"QPS at p99 <= {s.sla_us:g} µs")
     b.set_title("modeled throughput under the SLA")
