@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from tqdm.auto import tqdm
 from sdm.config import HierarchyConfig, resolve_config, with_io_mode
 from sdm.devices import DEVICES, DeviceSpec
 from sdm.errors import ConfigError, InvalidArgumentError
-from sdm.formats import ROW_FORMATS
+from sdm.formats import ROW_FORMATS, row_bytes
 from sdm.queueing import DEFAULT_SLA_US, SlaError, SlaResult, check_sla_us, latency_percentiles_us, qps_at_sla
 from sdm.requests import iter_requests
 from sdm.store import Store, TableSpec
@@ -296,8 +297,9 @@ def replay(trace, config="dram", *, store=None, model: str | None = None, dim: i
     try:
         with tempfile.TemporaryDirectory(prefix="sdm-replay-", dir=workdir) as tmp:
             if store is None:
+                _check_space(tmp, tr.table_sizes, dim, fmt, config)
                 store = build_store(os.path.join(tmp, "store"), tr.table_sizes, dim=dim, fmt=fmt,
-                                    seed=seed, progress=False)
+                                    seed=seed, progress=progress)
             if warm:
                 _warm(tr, store, config, request_size)
             with Store.open(store, config=config) as st:
@@ -306,6 +308,20 @@ def replay(trace, config="dram", *, store=None, model: str | None = None, dim: i
     finally:
         if owned:
             tr.close()
+
+
+def _check_space(directory, table_sizes, dim, fmt, config) -> None:
+    """Refuse a store the disk cannot hold: the LMDB copy of every row, and as much again
+    for the SCM row files of an ``mmap`` tier."""
+    need = int(np.sum(np.asarray(table_sizes, dtype=np.int64))) * row_bytes(fmt, int(dim))
+    if any(tc.kind == "mmap" for tc in config.tiers):
+        need *= 2
+    free = shutil.disk_usage(directory).free
+    if need > free:
+        raise InvalidArgumentError(
+            f"a store for this trace needs about {need / 2**30:.1f} GiB (dim {dim}, {fmt}) but "
+            f"{directory} has {free / 2**30:.1f} GiB free; use a smaller --dim, --fmt int8, "
+            f"another --workdir, or an existing --store")
 
 
 def _warm(tr, path, config, request_size) -> None:

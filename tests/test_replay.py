@@ -241,3 +241,13 @@ def test_generated_trace_with_empty_batch(tmp_path):
     r = replay(path, "sdm-nand", dim=4, workdir=str(tmp_path))
     assert r.requests == 2 and r.lookups == 18
     assert isinstance(SlaError("x"), SdmError)
+
+
+def test_a_store_the_disk_cannot_hold_is_refused(tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(1 << 30, 1 << 30, 1000))
+    with pytest.raises(sdm.errors.InvalidArgumentError, match="GiB free"):
+        replay(TINY, "sdm-nand", dim=8, workdir=str(tmp_path))

@@ -26,6 +26,8 @@ def register(sub) -> None:
     r.add_argument("--sla-us", type=float, help="p99 latency SLA in microseconds (default 30000)")
     r.add_argument("--store", metavar="DIR", help="an existing store whose tables (in order) match the "
                                                   "trace's; default: build one in a temp dir")
+    r.add_argument("--workdir", metavar="DIR", help="where the temporary store is built (default: the "
+                                                    "system temp dir)")
     r.add_argument("--dim", type=int, help="columns of the built store's rows (default 64)")
     r.add_argument("--fmt", default="fp32", help="row format of the built store: fp32, fp16, int8")
     r.add_argument("--request-size", type=int, help="samples per request (default: the whole batch)")
@@ -100,7 +102,8 @@ def _replay(args) -> int:
                     dim=args.dim or DEFAULT_DIM, fmt=args.fmt, io_mode=args.io_mode,
                     sla_us=DEFAULT_SLA_US if args.sla_us is None else args.sla_us,
                     request_size=args.request_size, warmup_batches=args.warmup,
-                    max_batches=args.max_batches, seed=args.seed, progress=_progress())
+                    max_batches=args.max_batches, seed=args.seed, progress=_progress(),
+                    workdir=args.workdir)
     data = result.to_json()
     summary = replay_markdown(result)
     notes = []
