@@ -34,7 +34,7 @@ from sdm.requests import iter_requests
 from sdm.store import Store, TableSpec
 from sdm.trace.format import Trace, load
 
-__all__ = ["ReplayResult", "replay", "build_store", "DEFAULT_DIM", "table_names", "COUNTERS"]
+__all__ = ["ReplayResult", "replay", "build_store", "dram_hit_rate", "DEFAULT_DIM", "table_names", "COUNTERS"]
 
 DEFAULT_DIM = 64
 _MAX_CURVE_POINTS = 256
@@ -89,8 +89,8 @@ class ReplayResult:
 
     Scalars: ``trace``, ``config``, ``io_mode``, ``model`` (preset or None), ``dim``, ``fmt``,
     ``batches``, ``requests``, ``samples``, ``lookups`` (measured requests only),
-    ``wall_s`` (serving calls), ``cpu_us_per_request``, ``hit_rate`` (share of the first
-    tier's row reads it served), ``sla`` (:class:`~sdm.queueing.SlaResult` or None).
+    ``wall_s`` (serving calls), ``cpu_us_per_request``, ``hit_rate`` (share of row reads
+    served from DRAM, :func:`dram_hit_rate`), ``sla`` (:class:`~sdm.queueing.SlaResult` or None).
 
     ``tiers``: per tier (fast to slow, as ``Store.stats()``) its counters over the measured
     requests, ``read_amplification`` recomputed from them, ``utilization`` (busy share of
@@ -150,11 +150,7 @@ class ReplayResult:
 
     @property
     def hit_rate(self) -> float:
-        if not self.tiers:
-            return 0.0
-        first = self.tiers[0]
-        total = first.get("hits", 0) + first.get("misses", 0)
-        return first.get("hits", 0) / total if total else 0.0
+        return dram_hit_rate(self.tiers)
 
     @property
     def qps_at_sla(self) -> float | None:
@@ -197,9 +193,23 @@ def _diff(after: dict, before: dict | None) -> dict:
     return out
 
 
-def _first_hits(tiers: list) -> tuple[int, int]:
-    t = tiers[0]
-    return t.get("hits", 0), t.get("misses", 0)
+def dram_hit_rate(tiers: list) -> float:
+    """Share of the row reads a hierarchy served from DRAM: resident ``dram`` tiers (the
+    ``dram`` preset, tables pinned whole) count as hits, then the first cache's hits and
+    misses; a backing tier read directly counts as misses."""
+    hits = total = 0
+    for t in tiers:
+        h = t.get("hits", 0)
+        if t.get("kind") == "dram":
+            hits += h
+            total += h
+            continue
+        total += h
+        if t.get("kind") == "cache":
+            hits += h
+            total += t.get("misses", 0)
+        break
+    return hits / total if total else 0.0
 
 
 def _devices(config: HierarchyConfig) -> dict[str, DeviceSpec]:
@@ -390,8 +400,7 @@ def _replay(tr, st: Store, config, model_name, request_size, warmup, max_batches
             bar.update(n)
             if lookups >= next_sample:
                 next_sample = lookups + step
-                hits, misses = _first_hits(_diff_list(st.stats()["tiers"], before))
-                rate = hits / (hits + misses) if hits + misses else 0.0
+                rate = dram_hit_rate(_diff_list(st.stats()["tiers"], before))
                 curve.append((len(service), rate))
                 bar.set_postfix_str(f"hit rate {rate:.3f}", refresh=False)
     finally:
@@ -400,9 +409,8 @@ def _replay(tr, st: Store, config, model_name, request_size, warmup, max_batches
             model.close()
     stats = st.stats()
     tiers = _diff_list(stats["tiers"], before)
-    hits, misses = _first_hits(tiers)
     if not curve or curve[-1][0] != len(service):
-        curve.append((len(service), hits / (hits + misses) if hits + misses else 0.0))
+        curve.append((len(service), dram_hit_rate(tiers)))
     service_ns = np.asarray(service, dtype=np.int64)
     result = ReplayResult(
         trace=tr.path, config=config.name, io_mode=config.io_mode, model=model_name,

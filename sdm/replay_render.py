@@ -47,7 +47,8 @@ def replay_markdown(r) -> str:
         f"- rows: dim {r.dim}, {r.fmt}; io mode `{r.io_mode}`" + (f"; model `{r.model}`" if r.model else ""),
         f"- replay speed: {r.lookups_per_s:,.0f} lookups/s ({r.wall_s:.3f} s in serving calls); "
         f"CPU {r.cpu_us_per_request:,.1f} µs per request",
-        f"- DRAM hit rate (first tier, distinct rows per request): {r.hit_rate:.4f}",
+        f"- DRAM hit rate (share of row reads served from DRAM; a cache counts distinct rows "
+        f"per request): {r.hit_rate:.4f}",
         f"- modeled device time: {j['modeled_s']:.4f} s; energy over it {r.energy_j:.4f} J", "",
         "## Modeled latency per request (zero load)", "",
         "| p50 | p95 | p99 | p99.9 |", "|---|---|---|---|",
@@ -150,7 +151,7 @@ def plot_replay(r, outdir) -> list[str] | None:
     if len(r.curve):
         ax.plot(r.curve[:, 0], r.curve[:, 1], marker=".")
     ax.set_xlabel("requests served")
-    ax.set_ylabel("running hit rate (first tier)")
+    ax.set_ylabel("running DRAM hit rate")
     ax.set_ylim(0, 1.02)
     ax.set_title(f"{r.config}: hit rate over time")
     ax.grid(alpha=0.3)

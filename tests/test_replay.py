@@ -250,3 +250,15 @@ def test_a_store_the_disk_cannot_hold_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(1 << 30, 1 << 30, 1000))
     with pytest.raises(sdm.errors.InvalidArgumentError, match="GiB free"):
         replay(TINY, "sdm-nand", dim=8, workdir=str(tmp_path))
+
+
+def test_dram_hit_rate_of_tier_shapes():
+    from sdm.replay import dram_hit_rate
+
+    assert dram_hit_rate([{"kind": "dram", "hits": 10, "misses": 0}]) == 1.0
+    assert dram_hit_rate([{"kind": "lmdb", "hits": 10, "misses": 0}]) == 0.0
+    cache = {"kind": "cache", "hits": 3, "misses": 1}
+    backing = {"kind": "mmap", "hits": 1, "misses": 0}
+    assert dram_hit_rate([cache, backing]) == 0.75
+    assert dram_hit_rate([{"kind": "dram", "hits": 4, "misses": 0}, cache, backing]) == 7 / 8
+    assert dram_hit_rate([]) == 0.0
