@@ -97,13 +97,15 @@ class Metered(Tier):
             self._charge_rows(n, layout, time.perf_counter_ns())
 
     def pool_bags(self, layout, indices, offsets, weights, mean, out) -> int:
-        """Pool bags from a cache's slots (the inner tier's ``pool_bags``), charging the
-        rows it served itself; slots are cache-line aligned, so each row costs exactly
-        ``ceil(row_bytes / access_bytes)`` blocks of a 64-byte-line device."""
+        """Pool bags from a cache's slots (the inner tier's ``pool_bags``). Every lookup
+        reads its row from the slots, as a resident table's lookups read theirs
+        (:meth:`count_hits`), so both are charged alike: one row per lookup, and slots
+        are cache-line aligned, so exactly ``ceil(row_bytes / access_bytes)`` blocks of a
+        64-byte-line device. Returns the distinct rows that hit."""
         start = time.perf_counter_ns()
         hits = self.inner.pool_bags(layout, indices, offsets, weights, mean, out)
-        if hits:
-            self._charge_rows(hits, layout, start)
+        if len(indices):
+            self._charge_rows(len(indices), layout, start)
         with self._lock:
             self._wall_ns += time.perf_counter_ns() - start
         return hits
