@@ -96,7 +96,7 @@ def sweep_markdown(s) -> str:
     """A Markdown table of a :class:`~sdm.sweep.SweepResult`: one row per point."""
     head = ["# sdm sweep: `" + os.path.basename(s.trace) + "`", "",
             f"{s.requests:,} requests, {s.lookups:,} lookups, {s.keys:,} cache keys; rows {s.row_bytes} B "
-            f"(dim {s.dim}, {s.fmt}); SCM queue depth {s.queue_depth}; SLA p99 <= {_us(s.sla_us)}; "
+            f"(dim {s.dim}, {s.fmt}); queue depth SCM {s.queue_depth}, DRAM {s.cache_queue_depth}; SLA p99 <= {_us(s.sla_us)}; "
             f"{len(s.points)} points on {s.workers} threads in {s.wall_s:.2f} s", ""]
     cols = " | ".join(f"QPS {d}" for d in s.devices)
     head += [f"| policy | cache | rows | miss ratio | lookups/s | {cols} |",

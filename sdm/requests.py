@@ -115,6 +115,7 @@ class KeyStream:
             table's distinct ids ascending.
         segments: ``(R * T + 1,)`` int64 CSR into ``keys``: segment ``r * T + t`` holds the
             keys of table ``t`` in request ``r``.
+        segment_lookups: ``(R * T,)`` int64 lookups (with repeats) of each segment.
         lookups: ``(R,)`` int64 lookups (with repeats) of each request.
         samples: ``(R,)`` int64 samples of each request.
         batch_of: ``(R,)`` int64 trace batch each request comes from.
@@ -123,6 +124,7 @@ class KeyStream:
 
     keys: np.ndarray
     segments: np.ndarray
+    segment_lookups: np.ndarray
     lookups: np.ndarray
     samples: np.ndarray
     batch_of: np.ndarray
@@ -146,10 +148,11 @@ class KeyStream:
 
 
 @jit
-def _batch_keys(indices, offsets, num_tables, batch_size, bounds, keys, seg_len, lookups):
+def _batch_keys(indices, offsets, num_tables, batch_size, bounds, keys, seg_len, seg_lookups, lookups):
     """Keys of one batch. ``indices``/``offsets``: FBGEMM table-major ``(nnz,)`` and
     ``(T * B + 1,)``; ``bounds`` ``(R + 1,)`` request sample boundaries. Writes ``keys``
-    (``>= nnz``), ``seg_len`` ``(R * T,)`` and ``lookups`` ``(R,)``; returns the keys written."""
+    (``>= nnz``), ``seg_len`` and ``seg_lookups`` ``(R * T,)`` and ``lookups`` ``(R,)``;
+    returns the keys written."""
     n = 0
     nreq = bounds.shape[0] - 1
     for r in range(nreq):
@@ -158,6 +161,7 @@ def _batch_keys(indices, offsets, num_tables, batch_size, bounds, keys, seg_len,
             lo = offsets[t * batch_size + bounds[r]]
             hi = offsets[t * batch_size + bounds[r + 1]]
             total += hi - lo
+            seg_lookups[r * num_tables + t] = hi - lo
             seg = np.sort(indices[lo:hi])
             prefix = np.int64(t) << TABLE_SHIFT
             m = 0
@@ -175,7 +179,7 @@ def key_stream(trace, request_size=None, *, start_batch: int = 0) -> KeyStream:
     """The cache key stream of ``trace`` (a :class:`sdm.trace.Trace` or a sequence of
     batches) served as :func:`iter_requests` serves it; see :class:`KeyStream`."""
     request_size = _check_request_size(request_size)
-    keys, seg_lens, lookups, samples, batch_of = [], [], [], [], []
+    keys, seg_lens, seg_lookups, lookups, samples, batch_of = [], [], [], [], [], []
     num_tables = None
     for i, batch in enumerate(trace):
         if i < start_batch:
@@ -187,10 +191,13 @@ def key_stream(trace, request_size=None, *, start_batch: int = 0) -> KeyStream:
         nreq = bounds.shape[0] - 1
         k = np.empty(indices.shape[0], dtype=np.int64)
         sl = np.empty(nreq * num_tables, dtype=np.int64)
+        sk = np.empty(nreq * num_tables, dtype=np.int64)
         lk = np.empty(nreq, dtype=np.int64)
-        n = _batch_keys(indices, offsets, np.int64(num_tables), np.int64(batch.batch_size), bounds, k, sl, lk)
+        n = _batch_keys(indices, offsets, np.int64(num_tables), np.int64(batch.batch_size), bounds, k, sl,
+                        sk, lk)
         keys.append(k[:n])
         seg_lens.append(sl)
+        seg_lookups.append(sk)
         lookups.append(lk)
         samples.append(np.diff(bounds))
         batch_of.append(np.full(nreq, i, dtype=np.int64))
@@ -201,4 +208,5 @@ def key_stream(trace, request_size=None, *, start_batch: int = 0) -> KeyStream:
         return np.concatenate(parts).astype(np.int64, copy=False) if parts else np.zeros(0, np.int64)
 
     segments = np.concatenate(([0], np.cumsum(cat(seg_lens)))).astype(np.int64)
-    return KeyStream(cat(keys), segments, cat(lookups), cat(samples), cat(batch_of), int(num_tables))
+    return KeyStream(cat(keys), segments, cat(seg_lookups), cat(lookups), cat(samples), cat(batch_of),
+                     int(num_tables))

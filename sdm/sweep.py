@@ -6,7 +6,8 @@ For a two-level hierarchy — a DRAM row cache over one SCM device, the shape of
 ``sdm.simulate`` and turns each request's hits and misses into the device time the store
 would charge:
 
-* hits: ``ceil(row_bytes / 64)`` DRAM lines per distinct row hit, at queue depth 1;
+* DRAM: every lookup reads its row from the cache's slots, ``ceil(row_bytes / 64)`` lines
+  each, ``cache_queue_depth`` in flight (the store's cache tier charges it so);
 * misses: the distinct SCM blocks covering the missed rows, laid out as the store's row
   file lays them (``HEADER_BYTES + id * row_bytes`` per table), at ``queue_depth``;
 
@@ -31,6 +32,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from sdm._jit import jit
+from sdm.config import HIERARCHY_PRESETS
 from sdm.devices import get_device
 from sdm.errors import InvalidArgumentError
 from sdm.formats import ROW_FORMATS, row_bytes as row_bytes_of
@@ -45,7 +47,9 @@ from sdm.trace.format import Trace, load
 __all__ = ["SweepPoint", "SweepResult", "sweep", "request_service_ns", "DEFAULT_QUEUE_DEPTH",
            "parse_size"]
 
-DEFAULT_QUEUE_DEPTH = 16  # the presets' SCM queue depth (sdm.config)
+# The presets' queue depths (sdm.config): SCM reads and DRAM line reads in flight.
+DEFAULT_QUEUE_DEPTH = HIERARCHY_PRESETS["sdm-nand"].tiers[1].queue_depth
+DEFAULT_CACHE_QUEUE_DEPTH = HIERARCHY_PRESETS["sdm-nand"].tiers[0].queue_depth
 _CACHE_DEVICE = "dram"
 _ROW_MASK = (1 << TABLE_SHIFT) - 1
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
@@ -70,16 +74,14 @@ def parse_size(text) -> int:
 
 
 @jit
-def _segment_counts(keys, hit, segments, row_bytes, header, block_bytes, hits, blocks):
-    """Per segment (one table of one request, ids ascending): distinct rows hit, and the
-    distinct ``block_bytes`` blocks covering the missed rows at ``header + id * row_bytes``."""
+def _segment_blocks(keys, hit, segments, row_bytes, header, block_bytes, blocks):
+    """Per segment (one table of one request, ids ascending): the distinct ``block_bytes``
+    blocks covering the missed rows at ``header + id * row_bytes``."""
     for s in range(segments.shape[0] - 1):
-        h = 0
         b = 0
         reached = -1
         for i in range(segments[s], segments[s + 1]):
             if hit[i]:
-                h += 1
                 continue
             off = header + (keys[i] & _ROW_MASK) * row_bytes
             first = off // block_bytes
@@ -90,12 +92,12 @@ def _segment_counts(keys, hit, segments, row_bytes, header, block_bytes, hits, b
                 b += last - first + 1
             if last > reached:
                 reached = last
-        hits[s] = h
         blocks[s] = b
 
 
 def request_service_ns(stream: KeyStream, hit_mask: np.ndarray, *, row_bytes: int, device,
-                       queue_depth: int = DEFAULT_QUEUE_DEPTH) -> tuple[np.ndarray, np.ndarray]:
+                       queue_depth: int = DEFAULT_QUEUE_DEPTH,
+                       cache_queue_depth: int = DEFAULT_CACHE_QUEUE_DEPTH) -> tuple[np.ndarray, np.ndarray]:
     """Modeled device time of each request of ``stream`` given which keys hit the cache.
 
     Args:
@@ -103,6 +105,7 @@ def request_service_ns(stream: KeyStream, hit_mask: np.ndarray, *, row_bytes: in
         hit_mask: ``(n,)`` bool, per key of ``stream.keys`` (``simulate(..., return_mask=True)``).
         row_bytes: bytes per row.
         device: the SCM device (preset name or :class:`~sdm.devices.DeviceSpec`).
+        queue_depth, cache_queue_depth: reads in flight on the SCM device and in DRAM.
 
     Returns:
         ``(service_ns (R,) int64, device_blocks (R,) int64)``.
@@ -110,12 +113,12 @@ def request_service_ns(stream: KeyStream, hit_mask: np.ndarray, *, row_bytes: in
     dev = get_device(device)
     dram = get_device(_CACHE_DEVICE)
     nseg = stream.segments.shape[0] - 1
-    hits = np.empty(nseg, dtype=np.int64)
     blocks = np.empty(nseg, dtype=np.int64)
-    _segment_counts(stream.keys, np.ascontiguousarray(hit_mask, dtype=np.bool_), stream.segments,
-                    np.int64(row_bytes), np.int64(HEADER_BYTES), np.int64(dev.access_bytes), hits, blocks)
+    _segment_blocks(stream.keys, np.ascontiguousarray(hit_mask, dtype=np.bool_), stream.segments,
+                    np.int64(row_bytes), np.int64(HEADER_BYTES), np.int64(dev.access_bytes), blocks)
     lines = -(-row_bytes // dram.access_bytes)
-    per_seg = service_ns_array(dram, hits * lines, 1) + service_ns_array(dev, blocks, queue_depth)
+    per_seg = (service_ns_array(dram, stream.segment_lookups * lines, cache_queue_depth)
+               + service_ns_array(dev, blocks, queue_depth))
     shape = (stream.num_requests, stream.num_tables)
     return per_seg.reshape(shape).sum(axis=1), blocks.reshape(shape).sum(axis=1)
 
@@ -179,6 +182,7 @@ class SweepResult:
     row_bytes: int
     sla_us: float
     queue_depth: int
+    cache_queue_depth: int
     policies: list
     cache_sizes: list
     devices: list
@@ -198,17 +202,19 @@ class SweepResult:
         return {"trace": self.trace, "lookups": self.lookups, "keys": self.keys,
                 "requests": self.requests, "dim": self.dim, "fmt": self.fmt,
                 "row_bytes": self.row_bytes, "sla_us": self.sla_us, "queue_depth": self.queue_depth,
+                "cache_queue_depth": self.cache_queue_depth,
                 "policies": self.policies, "cache_sizes": self.cache_sizes, "devices": self.devices,
                 "workers": self.workers, "wall_s": self.wall_s, "curves": self.curves,
                 "points": [p.to_json() for p in self.points]}
 
 
 def _run_point(stream: KeyStream, policy: str, cache_bytes: int, rows: int, row_bytes: int,
-               devices: list, queue_depth: int, sla_us: float) -> SweepPoint:
+               devices: list, queue_depth: int, cache_queue_depth: int, sla_us: float) -> SweepPoint:
     t0 = time.perf_counter()
     sim = simulate(stream.keys, policy=policy, capacity=rows, return_mask=True)
     counted = {d: request_service_ns(stream, sim.hit_mask, row_bytes=row_bytes, device=d,
-                                     queue_depth=queue_depth) for d in devices}
+                                     queue_depth=queue_depth, cache_queue_depth=cache_queue_depth)
+               for d in devices}
     t1 = time.perf_counter()
     out = {}
     for d, (service, blocks) in counted.items():
@@ -227,6 +233,7 @@ def _run_point(stream: KeyStream, policy: str, cache_bytes: int, rows: int, row_
 def sweep(trace, *, policies=("lru",), cache_sizes=(64 << 20,), devices=("nand-p4500",),
           dim: int = 64, fmt: str = "fp32", sla_us: float = DEFAULT_SLA_US,
           request_size: int | None = None, queue_depth: int = DEFAULT_QUEUE_DEPTH,
+          cache_queue_depth: int = DEFAULT_CACHE_QUEUE_DEPTH,
           workers: int | None = None, progress: bool | None = None) -> SweepResult:
     """Run the grid ``policies x cache_sizes`` on the simulator, each point against every
     device in ``devices``.
@@ -242,6 +249,7 @@ def sweep(trace, *, policies=("lru",), cache_sizes=(64 << 20,), devices=("nand-p
             reports ``qps_at_sla: null`` and the reason in ``error``).
         request_size: see :mod:`sdm.requests`.
         queue_depth: SCM reads in flight per request and table.
+        cache_queue_depth: DRAM line reads in flight (the presets' cache tier value).
         workers: threads running points (default: every core).
 
     Raises:
@@ -267,8 +275,9 @@ def sweep(trace, *, policies=("lru",), cache_sizes=(64 << 20,), devices=("nand-p
         raise InvalidArgumentError(f"row format {fmt!r} is not one of {ROW_FORMATS}")
     if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not 1 <= dim <= 65536:
         raise InvalidArgumentError(f"dim must be an integer in [1, 65536], got {dim!r}")
-    if isinstance(queue_depth, bool) or not isinstance(queue_depth, int) or not 1 <= queue_depth <= 1024:
-        raise InvalidArgumentError(f"queue_depth must be an integer in [1, 1024], got {queue_depth!r}")
+    for name, qd in (("queue_depth", queue_depth), ("cache_queue_depth", cache_queue_depth)):
+        if isinstance(qd, bool) or not isinstance(qd, int) or not 1 <= qd <= 1024:
+            raise InvalidArgumentError(f"{name} must be an integer in [1, 1024], got {qd!r}")
     sla_us = check_sla_us(sla_us)
     rb = row_bytes_of(fmt, int(dim))
     for s in sizes:
@@ -292,7 +301,7 @@ def sweep(trace, *, policies=("lru",), cache_sizes=(64 << 20,), devices=("nand-p
 
     def one(job):
         p, s = job
-        point = _run_point(stream, p, s, s // rb, rb, devices, queue_depth, sla_us)
+        point = _run_point(stream, p, s, s // rb, rb, devices, queue_depth, cache_queue_depth, sla_us)
         bar.update(1)
         return point
 
@@ -305,5 +314,6 @@ def sweep(trace, *, policies=("lru",), cache_sizes=(64 << 20,), devices=("nand-p
     finally:
         bar.close()
     return SweepResult(path, stream.num_lookups, int(stream.keys.shape[0]), stream.num_requests,
-                       int(dim), fmt, rb, sla_us, queue_depth, policies, sizes, devices, points,
+                       int(dim), fmt, rb, sla_us, queue_depth, cache_queue_depth, policies, sizes,
+                       devices, points,
                        workers, time.perf_counter() - t0)

@@ -17,7 +17,7 @@ from sdm.errors import ConfigError, SdmError
 from sdm.queueing import SlaError, response_percentile_ns
 from sdm.replay import build_store, replay, table_names
 from sdm.requests import TABLE_SHIFT, iter_requests, key_stream, request_bounds
-from sdm.sweep import request_service_ns
+from sdm.sweep import DEFAULT_CACHE_QUEUE_DEPTH, request_service_ns
 from sdm.trace import Batch, TraceNotFoundError, load, save
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,9 +28,11 @@ TIER_KEYS = {"name": str, "device": str, "hits": int, "misses": int, "reads": in
              "bytes_read": int, "read_amplification": float}
 
 
-def _toml(tmp_path, capacity_rows, policy="lru", device="nand-p4500", qd=16) -> str:
+def _toml(tmp_path, capacity_rows, policy="lru", device="nand-p4500", qd=16,
+          cache_qd=DEFAULT_CACHE_QUEUE_DEPTH) -> str:
     path = tmp_path / f"c-{policy}-{capacity_rows}-{device}.toml"
     path.write_text(f'[[tiers]]\nkind = "cache"\ncapacity_rows = {capacity_rows}\npolicy = "{policy}"\n'
+                    f'queue_depth = {cache_qd}\n'
                     f'[[tiers]]\nkind = "mmap"\ndevice = "{device}"\nqueue_depth = {qd}\n')
     return str(path)
 

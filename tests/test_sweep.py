@@ -13,7 +13,7 @@ from sdm.cli import main
 from sdm.errors import ConfigError, InvalidArgumentError
 from sdm.replay import replay
 from sdm.requests import key_stream
-from sdm.sweep import parse_size, sweep
+from sdm.sweep import DEFAULT_CACHE_QUEUE_DEPTH, parse_size, sweep
 from sdm.trace import load
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,7 +61,7 @@ def test_point_latency_equals_a_live_replay(tmp_path):
     s = sweep(TINY, policies=["lru"], cache_sizes=[256 * 32], devices=["optane-p4800x-512"], dim=8,
               sla_us=5_000, request_size=16)
     toml = tmp_path / "c.toml"
-    toml.write_text('[[tiers]]\nkind = "cache"\ncapacity_rows = 256\n'
+    toml.write_text(f'[[tiers]]\nkind = "cache"\ncapacity_rows = 256\nqueue_depth = {DEFAULT_CACHE_QUEUE_DEPTH}\n'
                     '[[tiers]]\nkind = "mmap"\ndevice = "optane-p4800x-512"\nqueue_depth = 16\n')
     r = replay(TINY, str(toml), dim=8, request_size=16, sla_us=5_000, workdir=str(tmp_path))
     point = s.points[0]

@@ -54,7 +54,9 @@ def register(sub) -> None:
     s.add_argument("--fmt", default="fp32")
     s.add_argument("--sla-us", type=float, help="p99 latency SLA in microseconds (default 30000)")
     s.add_argument("--request-size", type=int)
-    s.add_argument("--queue-depth", type=int, default=16, help="SCM reads in flight (default 16)")
+    s.add_argument("--queue-depth", type=int, help="SCM reads in flight (default: the presets' 16)")
+    s.add_argument("--cache-queue-depth", type=int,
+                   help="DRAM line reads in flight (default: the presets' cache tier value)")
     s.add_argument("--workers", type=int, help="threads running points (default: every core)")
     s.add_argument("--json", nargs="?", const="-", metavar="OUT", help="write the JSON result (stdout by default)")
     s.add_argument("--plot", metavar="OUT.png", help="miss-ratio curves and QPS per point, one PNG")
@@ -127,12 +129,14 @@ def _replay(args) -> int:
 def _sweep(args) -> int:
     from sdm.queueing import DEFAULT_SLA_US
     from sdm.replay_render import plot_sweep, sweep_markdown
-    from sdm.sweep import sweep
+    from sdm.sweep import DEFAULT_CACHE_QUEUE_DEPTH, DEFAULT_QUEUE_DEPTH, sweep
 
     result = sweep(args.trace, policies=_split(args.policies), cache_sizes=_split(args.cache_sizes),
                    devices=_split(args.devices), dim=args.dim, fmt=args.fmt,
                    sla_us=DEFAULT_SLA_US if args.sla_us is None else args.sla_us,
-                   request_size=args.request_size, queue_depth=args.queue_depth,
+                   request_size=args.request_size,
+                   queue_depth=args.queue_depth or DEFAULT_QUEUE_DEPTH,
+                   cache_queue_depth=args.cache_queue_depth or DEFAULT_CACHE_QUEUE_DEPTH,
                    workers=args.workers, progress=_progress())
     notes = []
     if args.plot:
