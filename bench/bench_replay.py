@@ -69,9 +69,7 @@ def bench_replay(trace, presets, dim, repeats, workdir):
                 r = replay(tr, preset, store=path)
                 whole.append(r.lookups / (time.perf_counter() - t0))
                 serving.append(r.lookups_per_s)
-                rest = r.wall_ns[1:].sum()
-                first = sum(len(ix) for ix in tr[0].indices) if r.requests > 1 else 0
-                steady.append((r.lookups - first) / (rest / 1e9) if rest else float("nan"))
+                steady.append(r.lookups_per_s_after_first)
                 last = r
             rows.append((preset, statistics.median(serving), statistics.median(steady),
                          statistics.median(whole), last))
