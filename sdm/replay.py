@@ -30,7 +30,7 @@ from sdm.devices import DEVICES, DeviceSpec
 from sdm.errors import ConfigError, InvalidArgumentError
 from sdm.formats import ROW_FORMATS, row_bytes
 from sdm.queueing import DEFAULT_SLA_US, SlaError, SlaResult, check_sla_us, latency_percentiles_us, qps_at_sla
-from sdm.requests import iter_requests
+from sdm.requests import check_request_size, iter_requests
 from sdm.store import Store, TableSpec
 from sdm.trace.format import Trace, load
 
@@ -307,6 +307,7 @@ def replay(trace, config="dram", *, store=None, model: str | None = None, dim: i
         if sla_us * 1e3 < floor_ns:
             raise SlaError(f"SLA {sla_us:g} us is below {floor_ns / 1e3:g} us, the read latency of the "
                            f"fastest device of hierarchy {config.name!r}; no request rate meets it")
+    request_size = check_request_size(request_size)
     for name, value in (("warmup_batches", warmup_batches), ("max_batches", max_batches)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise InvalidArgumentError(f"{name} must be an integer >= 0, got {value!r}")

@@ -28,7 +28,7 @@ from sdm._jit import jit
 from sdm.errors import InvalidArgumentError
 from sdm.tiers.dram_cache import TABLE_SHIFT
 
-__all__ = ["Request", "request_bounds", "iter_requests", "KeyStream", "key_stream", "TABLE_SHIFT"]
+__all__ = ["Request", "check_request_size", "request_bounds", "iter_requests", "KeyStream", "key_stream", "TABLE_SHIFT"]
 
 
 @dataclass
@@ -55,7 +55,7 @@ class Request:
         return int(sum(int(ix.shape[0]) for ix in self.indices))
 
 
-def _check_request_size(request_size) -> int | None:
+def check_request_size(request_size) -> int | None:
     if request_size is None:
         return None
     if isinstance(request_size, bool) or not isinstance(request_size, (int, np.integer)) or request_size < 1:
@@ -69,7 +69,7 @@ def request_bounds(batch, request_size=None) -> np.ndarray:
 
     An empty batch (``B = 0``) has no request: ``[0]``.
     """
-    request_size = _check_request_size(request_size)
+    request_size = check_request_size(request_size)
     b = batch.batch_size
     if b == 0:
         return np.zeros(1, dtype=np.int64)
@@ -97,7 +97,7 @@ def _slice(batch, index: int, start: int, stop: int) -> Request:
 
 def iter_requests(trace, request_size=None, *, start_batch: int = 0) -> Iterator[Request]:
     """The requests of ``trace`` (any iterable of :class:`sdm.trace.Batch`) in order."""
-    request_size = _check_request_size(request_size)
+    request_size = check_request_size(request_size)
     for i, batch in enumerate(trace):
         if i < start_batch:
             continue
@@ -178,7 +178,7 @@ def _batch_keys(indices, offsets, num_tables, batch_size, bounds, keys, seg_len,
 def key_stream(trace, request_size=None, *, start_batch: int = 0) -> KeyStream:
     """The cache key stream of ``trace`` (a :class:`sdm.trace.Trace` or a sequence of
     batches) served as :func:`iter_requests` serves it; see :class:`KeyStream`."""
-    request_size = _check_request_size(request_size)
+    request_size = check_request_size(request_size)
     keys, seg_lens, seg_lookups, lookups, samples, batch_of = [], [], [], [], [], []
     num_tables = None
     for i, batch in enumerate(trace):

@@ -40,7 +40,7 @@ from sdm.policies import POLICIES, simulate
 from sdm.policies.cache import check_policy
 from sdm.queueing import (DEFAULT_SLA_US, SlaError, check_sla_us, latency_percentiles_us,
                           qps_at_sla, service_ns_array)
-from sdm.requests import TABLE_SHIFT, KeyStream, key_stream
+from sdm.requests import TABLE_SHIFT, KeyStream, check_request_size, key_stream
 from sdm.tiers.mmap import HEADER_BYTES
 from sdm.trace.format import Trace, load
 
@@ -279,6 +279,7 @@ def sweep(trace, *, policies=("lru",), cache_sizes=(64 << 20,), devices=("nand-p
         if isinstance(qd, bool) or not isinstance(qd, int) or not 1 <= qd <= 1024:
             raise InvalidArgumentError(f"{name} must be an integer in [1, 1024], got {qd!r}")
     sla_us = check_sla_us(sla_us)
+    request_size = check_request_size(request_size)
     rb = row_bytes_of(fmt, int(dim))
     for s in sizes:
         if s < rb:

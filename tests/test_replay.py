@@ -264,3 +264,9 @@ def test_dram_hit_rate_of_tier_shapes():
     assert dram_hit_rate([cache, backing]) == 0.75
     assert dram_hit_rate([{"kind": "dram", "hits": 4, "misses": 0}, cache, backing]) == 7 / 8
     assert dram_hit_rate([]) == 0.0
+
+
+def test_bad_request_size_fails_before_any_work(tmp_path):
+    with pytest.raises(sdm.errors.InvalidArgumentError, match="request_size"):
+        replay(TINY, "dram", request_size=0, workdir=str(tmp_path))
+    assert list(tmp_path.iterdir()) == []
