@@ -316,6 +316,8 @@ def replay(trace, config="dram", *, store=None, model: str | None = None, dim: i
 
         dim = get_preset(model).dim
     _check_dim_fmt(dim, fmt)
+    if workdir is not None and not os.path.isdir(workdir):
+        raise InvalidArgumentError(f"workdir {os.fspath(workdir)!r} is not a directory")
     tr, owned = _open_trace(trace)
     try:
         with tempfile.TemporaryDirectory(prefix="sdm-replay-", dir=workdir) as tmp:

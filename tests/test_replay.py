@@ -183,6 +183,8 @@ def test_errors(tmp_path, tiny_store):
         replay(TINY, "sdm-nand", store=tiny_store, sla_us=50)
     with pytest.raises(SlaError, match="> 0"):
         replay(TINY, "dram", sla_us=-1)
+    with pytest.raises(sdm.errors.InvalidArgumentError, match="not a directory"):
+        replay(TINY, "dram", workdir=str(tmp_path / "nowhere"))
     with pytest.raises(ConfigError, match="model preset"):
         replay(TINY, "dram", model="no-such-model")
     other = tmp_path / "other"
