@@ -112,7 +112,10 @@ def _replay(args) -> int:
     if args.out:
         _write(os.path.join(args.out, "summary.md"), summary)
         _write(os.path.join(args.out, "result.json"), json.dumps(data, indent=1) + "\n")
-        plots = plot_replay(result, args.out)
+        try:
+            plots = plot_replay(result, args.out)
+        except OSError as exc:
+            raise InvalidArgumentError(f"cannot write plots into {args.out}: {exc.strerror}") from None
         notes.append(f"wrote {os.path.join(args.out, 'summary.md')}, result.json"
                      + (", latency_cdf.png, hit_rate.png" if plots else ""))
         if plots is None:
@@ -140,7 +143,11 @@ def _sweep(args) -> int:
                    workers=args.workers, progress=_progress())
     notes = []
     if args.plot:
-        if plot_sweep(result, args.plot) is None:
+        try:
+            written = plot_sweep(result, args.plot)
+        except OSError as exc:
+            raise InvalidArgumentError(f"cannot write {args.plot}: {exc.strerror}") from None
+        if written is None:
             notes.append("matplotlib is not installed: skipped the plot (pip install 'sdm[plot]')")
         else:
             notes.append(f"wrote {args.plot}")
