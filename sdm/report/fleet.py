@@ -1,0 +1,191 @@
+"""The fleet model: hosts, watts and dollars a scenario needs under each hierarchy.
+
+Pure functions of a :class:`~sdm.report.scenario.Scenario` (no I/O). For a configuration
+with DRAM share ``f`` of a model of ``M`` GB, SCM device of ``C`` GB, per-host QPS ``q`` and
+a fleet target of ``Q`` requests per second:
+
+* **capacity** — a replica holds one copy of every row, sharded evenly over its hosts. DRAM
+  must hold ``D = f * M`` GB (the baseline: ``f = 1``; an SCM configuration: its cache, the
+  size at which the replay measured its hit rate), SCM holds every row, ``S = M`` GB (the
+  store's SCM tier holds all rows; the DRAM cache is a copy). A host offers
+  ``dram_slots * gb_per_dimm - dram_reserved_gb`` GB of DRAM to rows and
+  ``ssd_slots * C`` GB of SCM, so
+  ``hosts_per_replica = max(1, ceil(D / dram_per_host), ceil(S / scm_per_host))``;
+* **throughput** — the work of a request divides over the shards (table-wise sharding with
+  load balancing, as in ZionEX), so a replica of ``n`` hosts serves ``n * q`` requests per
+  second: ``replicas = ceil(Q / (n * q))`` and ``hosts = n * replicas``. The fleet is
+  *capacity-bound* when holding the rows costs hosts the traffic alone would not need
+  (``hosts > ceil(Q / q)``: a replica larger than the traffic needs, or the rounding up
+  to whole replicas), else *QPS-bound*;
+* **per host** — DIMMs ``max(min_dimms, ceil((D / n + dram_reserved_gb) / gb_per_dimm))``,
+  SCM devices ``ceil(S / n / C)``; watts ``base_watts + dimms * gb_per_dimm * dram_w_per_gb
+  + devices * device_watts``; dollars ``base_usd + DRAM GB * dram_usd_per_gb + devices *
+  device_usd``;
+* **fleet** — power ``hosts * watts`` (W), capital cost ``hosts * dollars``, operating cost
+  ``power * 8760 h * years * pue * usd_per_kwh / 1000``; savings versus the DRAM-only
+  baseline ``1 - power / baseline_power`` (the SDM paper's metric: power), and the same for
+  total cost.
+
+QPS per host: the baseline's ``qps_per_host``; an SCM configuration's own ``qps_per_host``
+or the baseline's times ``qps_ratio`` (default 1: the SCM path meets the SLA at the same
+rate). Every result is a model estimate, not a measurement.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from sdm.errors import ConfigError
+from sdm.report.scenario import ConfigSpec, Scenario
+
+__all__ = ["ConfigResult", "ScenarioResult", "evaluate", "qps_per_host", "HOURS_PER_YEAR",
+           "with_model_scale", "PAPER_SAVINGS_RANGE", "paper_position"]
+
+HOURS_PER_YEAR = 8760.0  # 365 days x 24 h
+#: The SDM paper's power savings across its real-world scenarios (Ardestani et al., arXiv
+#: 2110.11489, abstract; REFERENCES.md seed paper 1): 5% to 29%.
+PAPER_SAVINGS_RANGE = (0.05, 0.29)
+_EPS = 1e-9  # absorbs float noise in ceil(4000 / 2000.0000000001)
+
+
+def _ceil(x: float) -> int:
+    return max(0, math.ceil(x - _EPS))
+
+
+@dataclass(frozen=True)
+class ConfigResult:
+    """One configuration's fleet. Watts are fleet totals unless named ``per_host``; GB are
+    10^9 bytes; dollars are USD. ``hosts`` and the money and power figures are None when
+    the configuration cannot serve (``infeasible`` gives the reason)."""
+
+    name: str
+    device: str | None
+    regime: str                    # "qps-bound" | "capacity-bound" | "infeasible"
+    qps_per_host: float
+    dram_gb_needed: float          # per replica: rows that must stay in DRAM
+    scm_gb_needed: float           # per replica: rows on SCM
+    hosts_per_replica: int | None = None
+    hosts_for_qps: int | None = None
+    replicas: int | None = None
+    hosts: int | None = None
+    dimms_per_host: int | None = None
+    dram_gb_per_host: float | None = None
+    scm_devices_per_host: int | None = None
+    watts_per_host: dict | None = None   # {"base", "dram", "scm"} W
+    power_watts: float | None = None
+    power_breakdown: dict | None = None  # {"base", "dram", "scm"} W, fleet
+    capex_usd: float | None = None
+    opex_usd: float | None = None
+    cost_usd: float | None = None
+    savings_vs_dram: float | None = None
+    cost_savings_vs_dram: float | None = None
+    infeasible: str | None = None
+
+    @property
+    def feasible(self) -> bool:
+        return self.infeasible is None
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class ScenarioResult:
+    """Every configuration of one scenario, the baseline first as given in the file."""
+
+    scenario: Scenario
+    configs: tuple[ConfigResult, ...]
+
+    @property
+    def baseline(self) -> ConfigResult:
+        name = self.scenario.baseline.name
+        return next(c for c in self.configs if c.name == name)
+
+    def config(self, name: str) -> ConfigResult:
+        for c in self.configs:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+
+def qps_per_host(scenario: Scenario, config: ConfigSpec) -> float:
+    """Requests per second one host of ``config`` serves within the SLA."""
+    base = scenario.baseline
+    if base.qps_per_host is None:
+        raise ConfigError(f"scenario {scenario.name!r}: configs.{base.name}.qps_per_host is missing "
+                          f"(required for the DRAM-only baseline unless a replay in absolute mode gives it)")
+    if config.is_baseline:
+        return base.qps_per_host
+    if config.qps_per_host is not None:
+        return config.qps_per_host
+    return base.qps_per_host * (1.0 if config.qps_ratio is None else config.qps_ratio)
+
+
+def _config(s: Scenario, c: ConfigSpec) -> ConfigResult:
+    host, model_gb = s.host, s.model.table_gb
+    q = qps_per_host(s, c)
+    dram_gb = model_gb * c.dram_fraction
+    scm_gb = 0.0 if c.is_baseline else model_gb
+    partial = dict(name=c.name, device=c.device, qps_per_host=q, dram_gb_needed=dram_gb, scm_gb_needed=scm_gb)
+    if not q > 0:
+        return ConfigResult(regime="infeasible", infeasible="no request rate meets the SLA (per-host QPS 0)",
+                            **partial)
+    n = max(1, _ceil(dram_gb / host.table_dram_gb))
+    devices, dev = 0, None
+    if not c.is_baseline:
+        dev = s.device(c.device)
+        if host.ssd_slots == 0:
+            return ConfigResult(regime="infeasible", infeasible=f"host {host.name!r} has no SSD slots for "
+                                f"{c.device}", **partial)
+        n = max(n, _ceil(scm_gb / (host.ssd_slots * dev.capacity_gb)))
+        devices = _ceil(scm_gb / n / dev.capacity_gb)
+    for_qps = max(1, _ceil(s.traffic.target_qps / q))
+    replicas = max(1, _ceil(s.traffic.target_qps / (n * q)))
+    hosts = n * replicas
+    dimms = max(host.min_dimms, _ceil((dram_gb / n + host.dram_reserved_gb) / host.gb_per_dimm))
+    dimms = min(dimms, host.dram_slots)  # n was chosen so the rows fit; guards float noise
+    host_dram_gb = dimms * host.gb_per_dimm
+    per_host = {"base": host.base_watts, "dram": host_dram_gb * host.dram_w_per_gb,
+                "scm": devices * (dev.watts if dev else 0.0)}
+    power = hosts * sum(per_host.values())
+    host_usd = host.base_usd + host_dram_gb * host.dram_usd_per_gb + devices * (dev.usd if dev else 0.0)
+    capex = hosts * host_usd
+    opex = power / 1e3 * HOURS_PER_YEAR * s.cost.years * s.cost.pue * s.cost.usd_per_kwh
+    return ConfigResult(
+        regime="capacity-bound" if hosts > for_qps else "qps-bound",
+        hosts_per_replica=n, hosts_for_qps=for_qps, replicas=replicas, hosts=hosts,
+        dimms_per_host=dimms, dram_gb_per_host=host_dram_gb, scm_devices_per_host=devices,
+        watts_per_host=per_host, power_watts=power,
+        power_breakdown={k: v * hosts for k, v in per_host.items()},
+        capex_usd=capex, opex_usd=opex, cost_usd=capex + opex, **partial)
+
+
+def evaluate(scenario: Scenario) -> ScenarioResult:
+    """Every configuration of ``scenario`` through the fleet model, with savings versus the
+    DRAM-only baseline (None when either side cannot serve)."""
+    raw = [_config(scenario, c) for c in scenario.configs]
+    base = next(r for r, c in zip(raw, scenario.configs) if c.is_baseline)
+    out = []
+    for r in raw:
+        if r.feasible and base.feasible:
+            r = dataclasses.replace(r, savings_vs_dram=1.0 - r.power_watts / base.power_watts
+                                    if base.power_watts > 0 else 0.0,
+                                    cost_savings_vs_dram=1.0 - r.cost_usd / base.cost_usd
+                                    if base.cost_usd > 0 else 0.0)
+        out.append(r)
+    return ScenarioResult(scenario, tuple(out))
+
+
+def with_model_scale(scenario: Scenario, factor: float) -> Scenario:
+    """``scenario`` with tables ``factor`` times as large (everything else unchanged)."""
+    return dataclasses.replace(scenario, model=scenario.model.scaled(factor))
+
+
+def paper_position(savings: float | None) -> str:
+    """``below`` / ``within`` / ``above`` the paper's 5%-29% power savings (``n/a`` for None)."""
+    if savings is None:
+        return "n/a"
+    lo, hi = PAPER_SAVINGS_RANGE
+    return "below" if savings < lo else "above" if savings > hi else "within"

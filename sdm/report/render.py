@@ -1,0 +1,278 @@
+"""Renderers of a power/cost report: Markdown, self-contained HTML, JSON, PNG plots.
+
+They only format the dict :func:`sdm.report.build_report` computed. The HTML inlines its
+style and embeds every plot as a ``data:image/png;base64`` URI, so it reads offline and
+references nothing outside itself. matplotlib (the optional ``plot`` extra) is imported
+only when plots are drawn, with the Agg backend.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import os
+
+__all__ = ["markdown", "html_page", "json_text", "plot_all", "PLOT_FILES", "ESTIMATE_NOTE"]
+
+ESTIMATE_NOTE = ("Model estimate: every host count, watt and dollar below is computed by the fleet "
+                 "model of sdm.report.fleet from the inputs listed with their sources; none is a "
+                 "measurement of a real fleet.")
+PLOT_FILES = {"power": "power_by_config.png", "size": "savings_vs_model_size.png",
+              "tornado": "sensitivity_tornado.png"}
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{100 * x:+.1f}%"
+
+
+def _num(x, unit="") -> str:
+    if x is None:
+        return "n/a"
+    if isinstance(x, str):
+        return x
+    if isinstance(x, float) and not x.is_integer() or abs(x) < 1:
+        text = f"{x:,.4g}" if abs(x) < 1e4 else f"{x:,.0f}"
+    else:
+        text = f"{int(x):,}"
+    return f"{text} {unit}".rstrip()
+
+
+def _kw(w) -> str:
+    return "n/a" if w is None else f"{w / 1e3:,.1f} kW"
+
+
+def _usd(x) -> str:
+    return "n/a" if x is None else f"${x / 1e6:,.2f}M" if abs(x) >= 1e6 else f"${x:,.0f}"
+
+
+def _config_rows(sc: dict) -> list[list[str]]:
+    rows = []
+    for c in sc["configs"]:
+        wph = c["watts_per_host"]
+        rows.append([c["name"], c["device"] or "-", c["regime"], _num(c["qps_per_host"], "/s"),
+                     _num(c["hosts_per_replica"]), _num(c["replicas"]), _num(c["hosts"]),
+                     _num(c["dram_gb_per_host"], "GB"), _num(c["scm_devices_per_host"]),
+                     "n/a" if wph is None else f"{sum(wph.values()):,.0f} W",
+                     _kw(c["power_watts"]), _usd(c["capex_usd"]), _usd(c["opex_usd"]),
+                     _usd(c["cost_usd"]), _pct(c["savings_vs_dram"]), _pct(c["cost_savings_vs_dram"])])
+    return rows
+
+
+_CONFIG_HEAD = ["config", "SCM device", "regime", "QPS/host", "hosts/replica", "replicas", "hosts",
+                "DRAM/host", "SCM devices/host", "W/host", "fleet power", "capex", "opex", "total cost",
+                "power savings", "cost savings"]
+_INPUT_HEAD = ["input", "value", "unit", "source"]
+_SENS_HEAD = ["config", "input", "savings at -p", "savings at +p"]
+
+
+def _sens_rows(sc: dict) -> list[list[str]]:
+    s = sc["sensitivity"]
+    rows = [[r["config"], r["label"], _pct(r["low"]), _pct(r["high"])] for r in s["rows"]]
+    for name, (lo, hi) in s["corners"].items():
+        rows.append([name, f"all inputs together (every +-{s['percent']:g}% corner)", _pct(lo), _pct(hi)])
+    return rows
+
+
+def _md_table(head, rows) -> str:
+    def cell(x):
+        return str(x).replace("|", "\\|").replace("\n", " ")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(cell(x) for x in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def markdown(report: dict) -> str:
+    """The report as Markdown (plots referenced by file name beside it)."""
+    out = [f"# {report['title']}", "", f"**{ESTIMATE_NOTE}**", "", report["summary"], ""]
+    if report["replays"]:
+        out += ["## Replay results used", "", _md_table(
+            ["result", "config", "SCM device", "hit rate", "QPS at SLA", "SLA", "DRAM share"],
+            [[r["source"], r["config"] or "-", r["device"] or "-", _num(r["hit_rate"]),
+              _num(r["qps_at_sla"], "/s"), _num(r["sla_us"], "us"), _num(r["dram_fraction"])]
+             for r in report["replays"]]), ""]
+    else:
+        out += ["Per-host QPS and hit rates come from the scenario files (no replay results given).", ""]
+    plots = report.get("plots") or {}
+    if plots:
+        out += ["## Plots", ""] + [f"![{k}]({v})" for k, v in plots.items()] + [""]
+    elif report.get("plot_note"):
+        out += [f"_{report['plot_note']}_", ""]
+    for sc in report["scenarios"]:
+        out += [f"## Scenario `{sc['name']}`", "", sc["description"], ""]
+        out += ["### Where it lands against the paper's 5%-29% power savings", ""]
+        out += [f"- **{p['config']}**: {_pct(p['savings'])} — {p['position']} the range. {p['why']}"
+                for p in sc["paper"]] + [""]
+        out += ["### Fleet (model estimate)", "", _md_table(_CONFIG_HEAD, _config_rows(sc)), ""]
+        out += [f"### Sensitivity (each input +-{sc['sensitivity']['percent']:g}%)", "",
+                _md_table(_SENS_HEAD, _sens_rows(sc)), "", sc["sensitivity_note"], ""]
+        if sc["notes"]:
+            out += ["### Notes", ""] + [f"- {n}" for n in sc["notes"]] + [""]
+        out += ["### Inputs", "", _md_table(_INPUT_HEAD, [[i["key"], _num(i["value"]), i["unit"], i["source"]]
+                                                          for i in sc["inputs"]]), ""]
+    out += ["## Model", "", report["model_text"], ""]
+    return "\n".join(out)
+
+
+def _h_table(head, rows) -> str:
+    th = "".join(f"<th>{html.escape(str(h))}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+
+
+_CSS = """body{font-family:sans-serif;max-width:78em;margin:1em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.2em;font-size:.88em}
+th,td{border:1px solid #bbb;padding:.2em .45em;text-align:left;vertical-align:top}
+th{background:#eee}.estimate{background:#fff4d6;border:1px solid #e0b84c;padding:.6em}
+img{max-width:100%;border:1px solid #ddd;margin:.4em 0}pre{white-space:pre-wrap}"""
+
+
+def html_page(report: dict, images: dict[str, bytes]) -> str:
+    """The report as one HTML page; ``images`` maps a plot key to its PNG bytes, embedded
+    as data URIs (no file, network or script reference)."""
+    e = html.escape
+    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{e(report['title'])}</title>"
+             f"<style>{_CSS}</style></head><body>", f"<h1>{e(report['title'])}</h1>",
+             f"<p class='estimate'><strong>{e(ESTIMATE_NOTE)}</strong></p>", f"<p>{e(report['summary'])}</p>"]
+    if report["replays"]:
+        parts += ["<h2>Replay results used</h2>", _h_table(
+            ["result", "config", "SCM device", "hit rate", "QPS at SLA", "SLA", "DRAM share"],
+            [[r["source"], r["config"] or "-", r["device"] or "-", _num(r["hit_rate"]),
+              _num(r["qps_at_sla"], "/s"), _num(r["sla_us"], "us"), _num(r["dram_fraction"])]
+             for r in report["replays"]])]
+    else:
+        parts.append("<p>Per-host QPS and hit rates come from the scenario files (no replay results given).</p>")
+    if images:
+        parts.append("<h2>Plots</h2>")
+        for key, png in images.items():
+            uri = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+            parts.append(f"<figure><img alt='{e(key)}' src='{uri}'><figcaption>{e(key)} "
+                         f"(model estimate)</figcaption></figure>")
+    elif report.get("plot_note"):
+        parts.append(f"<p><em>{e(report['plot_note'])}</em></p>")
+    for sc in report["scenarios"]:
+        parts += [f"<h2>Scenario <code>{e(sc['name'])}</code></h2>", f"<p>{e(sc['description'])}</p>",
+                  "<h3>Where it lands against the paper's 5%-29% power savings</h3><ul>"]
+        parts += [f"<li><strong>{e(p['config'])}</strong>: {e(_pct(p['savings']))} &mdash; {e(p['position'])} "
+                  f"the range. {e(p['why'])}</li>" for p in sc["paper"]]
+        parts += ["</ul><h3>Fleet (model estimate)</h3>", _h_table(_CONFIG_HEAD, _config_rows(sc)),
+                  f"<h3>Sensitivity (each input &plusmn;{sc['sensitivity']['percent']:g}%)</h3>",
+                  _h_table(_SENS_HEAD, _sens_rows(sc)), f"<p>{e(sc['sensitivity_note'])}</p>"]
+        if sc["notes"]:
+            parts += ["<h3>Notes</h3><ul>"] + [f"<li>{e(n)}</li>" for n in sc["notes"]] + ["</ul>"]
+        parts += ["<h3>Inputs</h3>", _h_table(_INPUT_HEAD, [[i["key"], _num(i["value"]), i["unit"], i["source"]]
+                                                            for i in sc["inputs"]])]
+    parts += ["<h2>Model</h2>", f"<pre>{e(report['model_text'])}</pre>", "</body></html>"]
+    return "\n".join(parts) + "\n"
+
+
+def json_text(report: dict) -> str:
+    """``report.json``: the report dict, indented."""
+    return json.dumps(report, indent=1, allow_nan=False) + "\n"
+
+
+# -- plots -----------------------------------------------------------------------------------
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_all(report: dict, outdir: str) -> dict[str, str] | None:
+    """Draw the three plots into ``outdir``; returns ``{key: file name}``, or None when
+    matplotlib is not installed."""
+    plt = _pyplot()
+    if plt is None:
+        return None
+    files = {}
+    for key, draw in (("power", _plot_power), ("size", _plot_size), ("tornado", _plot_tornado)):
+        fig = draw(plt, report)
+        if fig is None:
+            continue
+        fig.savefig(os.path.join(outdir, PLOT_FILES[key]), dpi=90)
+        plt.close(fig)
+        files[key] = PLOT_FILES[key]
+    return files
+
+
+_COLORS = {"base": "#8c8c8c", "dram": "#3b75af", "scm": "#e08a2c"}
+
+
+def _plot_power(plt, report):
+    scs = report["scenarios"]
+    fig, axes = plt.subplots(1, len(scs), figsize=(max(5.0, 3.6 * len(scs)), 4.2), squeeze=False)
+    for ax, sc in zip(axes[0], scs):
+        names = [c["name"] for c in sc["configs"]]
+        bottom = [0.0] * len(names)
+        for part in ("base", "dram", "scm"):
+            vals = [(c["power_breakdown"] or {}).get(part, 0.0) / 1e3 for c in sc["configs"]]
+            ax.bar(names, vals, bottom=bottom, color=_COLORS[part], label=part)
+            bottom = [b + v for b, v in zip(bottom, vals)]
+        for i, c in enumerate(sc["configs"]):
+            label = "infeasible" if c["power_watts"] is None else f"{c['hosts']} hosts"
+            ax.annotate(label, (i, bottom[i]), ha="center", va="bottom", fontsize=7)
+        ax.set_title(sc["name"], fontsize=9)
+        ax.set_ylabel("fleet power (kW)")
+        ax.tick_params(axis="x", labelsize=7, rotation=20)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("Power by configuration, stacked by component (model estimate)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _plot_size(plt, report):
+    fig, ax = plt.subplots(figsize=(7.0, 4.2))
+    for sc in report["scenarios"]:
+        curve = sc["model_size_curve"]
+        for name, ys in curve["savings"].items():
+            pts = [(x, 100 * y) for x, y in zip(curve["table_gb"], ys) if y is not None]
+            if pts:
+                ax.plot(*zip(*pts), marker=".", label=f"{sc['name']}: {name}")
+        ax.axvline(sc["model_gb"], color="#ccc", lw=0.8)
+    lo, hi = report["paper_savings_range"]
+    ax.axhspan(100 * lo, 100 * hi, color="#9c9", alpha=0.25, label="paper: 5%-29%")
+    ax.axhline(0, color="k", lw=0.6)
+    ax.set_xscale("log")
+    ax.set_xlabel("embedding tables (GB)")
+    ax.set_ylabel("power savings vs DRAM-only (%)")
+    ax.set_title("Savings versus model size (model estimate; grey lines: each scenario's model)", fontsize=9)
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    return fig
+
+
+def _plot_tornado(plt, report):
+    panels = [(sc, name) for sc in report["scenarios"] for name in sc["sensitivity"]["nominal"]]
+    if not panels:
+        return None
+    cols = min(2, len(panels))
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.2 * cols, 2.3 * rows + 0.6), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.axis("off")
+    for ax, (sc, name) in zip(axes.flat, panels):
+        s = sc["sensitivity"]
+        nominal = s["nominal"][name]
+        rows_ = [r for r in s["rows"] if r["config"] == name]
+        rows_.sort(key=lambda r: abs((r["high"] or 0) - (r["low"] or 0)))
+        for i, r in enumerate(rows_):
+            if nominal is None or r["low"] is None or r["high"] is None:
+                continue
+            for end, color in ((r["low"], "#3b75af"), (r["high"], "#e08a2c")):
+                ax.barh(i, 100 * (end - nominal), left=100 * nominal, color=color, height=0.6)
+        ax.set_yticks(range(len(rows_)))
+        ax.set_yticklabels([r["label"] for r in rows_], fontsize=7)
+        if nominal is not None:
+            ax.axvline(100 * nominal, color="k", lw=0.8)
+        ax.set_title(f"{sc['name']}: {name} (blue -{s['percent']:g}%, orange +{s['percent']:g}%)", fontsize=8)
+        ax.set_xlabel("power savings (%)", fontsize=8)
+    fig.suptitle("Sensitivity of the savings (model estimate)", fontsize=10)
+    fig.tight_layout()
+    return fig
