@@ -16,7 +16,7 @@ from sdm import __version__
 from sdm.errors import SdmError
 
 # Modules of sdm.cli that define commands, in the order `sdm --help` lists them.
-COMMAND_MODULES = ("run", "replay", "trace", "place", "devices")
+COMMAND_MODULES = ("run", "replay", "trace", "place", "report", "devices")
 
 
 def build_parser() -> argparse.ArgumentParser:
