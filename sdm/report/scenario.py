@@ -517,6 +517,8 @@ def _configs(data, where, sources) -> tuple[ConfigSpec, ...]:
             raise ConfigError(f"{where}[{i}].name {name!r} is used twice")
         names.add(name)
         device = r.string("device", default="") or None
+        if device is not None and "device" not in r.given:
+            sources[f"configs.{label}.device"] = "a preset of sdm.DEVICES named by the scenario"
         if device is not None and device not in DEVICES:
             raise ConfigError(f"{where}[{i}].device {device!r} is not a preset of sdm.DEVICES {sorted(DEVICES)}")
         replay_name = r.string("replay_name", default=name)
