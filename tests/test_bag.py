@@ -289,3 +289,25 @@ def test_int8_against_torch_byte_rowwise(weighted):
     # sdm reads torch's prepacked bytes directly: the layouts are the same
     got = sdm.embedding_bag(packed.numpy(), ids, offsets, fmt="int8", per_sample_weights=w)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("fmt", sdm.ROW_FORMATS)
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("dim", [16, 100])
+def test_a_bag_pools_bitwise_alike_in_any_batch(fmt, weighted, dim):
+    # A big batch runs the parallel driver (2+ threads); one bag alone runs the serial core.
+    # A pooled-embedding cache pools its misses as a smaller batch, so the two must agree
+    # to the bit, not within a tolerance.
+    rng = np.random.default_rng(7)
+    rows = rng.standard_normal((1000, dim)).astype(np.float32)
+    table = sdm.formats.typed_rows(sdm.quantize_rows(rows, fmt), fmt)
+    lengths = rng.integers(0, 40, 300)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    indices = rng.integers(0, 1000, int(offsets[-1]))
+    weights = rng.random(len(indices), dtype=np.float32) if weighted else None
+    big = sdm.embedding_bag(table, indices, offsets, fmt=fmt, dim=dim, per_sample_weights=weights)
+    for b in range(0, 300, 7):
+        a, e = offsets[b], offsets[b + 1]
+        one = sdm.embedding_bag(table, indices[a:e], np.array([0, e - a]), fmt=fmt, dim=dim,
+                                per_sample_weights=None if weights is None else weights[a:e])
+        np.testing.assert_array_equal(one[0], big[b])

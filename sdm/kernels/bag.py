@@ -22,9 +22,12 @@ arithmetic and bookkeeping off the critical path):
   nothing, so the column loop vectorizes with no runtime overlap checks. For 64-column tiles
   the width is a compile-time constant, so the loop unrolls and the accumulator lives in vector
   registers for the whole bag (4 zmm for fp32) and ``out`` is written once per bag.
-* Rows are taken ``_GROUP`` at a time, so their loads are independent and issue together.
-  ``fastmath`` (these kernels only) lets LLVM vectorize and fuse; it reassociates the sum
-  within a group, which the tests allow for with a tolerance.
+* Rows are taken ``_GROUP`` at a time, so their loads are independent and issue together;
+  the sum's order is written out (``(r0 + r1) + (r2 + r3)``, groups in bag order) and kept:
+  the kernels' fast-math flags (``_FASTMATH``) leave out ``reassoc`` and ``contract``, so the
+  serial core and its copy inlined in the parallel driver round alike and a bag's sum is
+  bitwise the same whatever the batch around it (a pooled-embedding cache relies on it).
+  The column loop vectorizes without them: its lanes are independent columns.
 * A software prefetch (``llvm.prefetch``, an intrinsic below) fetches the row ``_PREFETCH``
   lookups ahead, across bag boundaries, so DRAM latency overlaps the work on current rows.
 * fp16 is widened with ``vcvtph2ps`` (an ``fpext`` intrinsic); int8 rows are dequantized in the
@@ -46,6 +49,10 @@ from numba.extending import intrinsic, overload
 
 from sdm._jit import jit, pjit, prange
 
+# No reassoc / contract: each would let LLVM pick the order of a bag's adds (or fuse them
+# into FMAs) differently in each compiled copy of a core, so results would depend on the
+# batch size. Measured: no speed difference (bench/bench_gather.py).
+_FASTMATH = {"nnan", "ninf", "nsz", "arcp"}
 _GROUP = 4  # rows added per pass over the columns (the unrolled body below has 4 slots)
 _PREFETCH = 16  # lookups ahead to prefetch; ~ DRAM latency / time per row
 _TILE = 512  # columns summed per pass; the stack accumulator holds one tile (2 KiB)
@@ -181,7 +188,7 @@ def _ol_bits(u):
 _WIDE = 64
 
 
-@jit(inline="always", fastmath=True)
+@jit(inline="always", fastmath=_FASTMATH)
 def _fp32_tile(table, indices, weights, weighted, start, end, j0, width, acc, prefetch, nnz, row_nbytes):
     for j in range(width):
         acc[j] = 0.0
@@ -217,7 +224,7 @@ def _fp32_tile(table, indices, weights, weighted, start, end, j0, width, acc, pr
         k += 1
 
 
-@jit(inline="always", fastmath=True)
+@jit(inline="always", fastmath=_FASTMATH)
 def _fp16_tile(table, indices, weights, weighted, start, end, j0, width, acc, prefetch, nnz, row_nbytes):
     for j in range(width):
         acc[j] = 0.0
@@ -267,7 +274,7 @@ def _int8_scale_bias(table, r, dim):
     return bits_to_float(s), bits_to_float(c)
 
 
-@jit(inline="always", fastmath=True)
+@jit(inline="always", fastmath=_FASTMATH)
 def _int8_tile(table, indices, weights, weighted, start, end, j0, width, acc, prefetch, nnz, dim):
     """Sum ``(w s) q`` over the bag into ``acc``; return ``sum w * bias`` (same for every column)."""
     for j in range(width):
@@ -321,7 +328,7 @@ def _int8_tile(table, indices, weights, weighted, start, end, j0, width, acc, pr
     return bias
 
 
-@jit(fastmath=True)
+@jit(fastmath=_FASTMATH)
 def _fp32_range(table, indices, offsets, weights, weighted, mean, out, b0, b1):
     dim = out.shape[1]
     nnz = offsets[offsets.shape[0] - 1]
@@ -346,7 +353,7 @@ def _fp32_range(table, indices, offsets, weights, weighted, mean, out, b0, b1):
             j0 += jn
 
 
-@jit(fastmath=True)
+@jit(fastmath=_FASTMATH)
 def _fp16_range(table, indices, offsets, weights, weighted, mean, out, b0, b1):
     dim = out.shape[1]
     nnz = offsets[offsets.shape[0] - 1]
@@ -371,7 +378,7 @@ def _fp16_range(table, indices, offsets, weights, weighted, mean, out, b0, b1):
             j0 += jn
 
 
-@jit(fastmath=True)
+@jit(fastmath=_FASTMATH)
 def _int8_range(table, indices, offsets, weights, weighted, mean, out, b0, b1):
     dim = out.shape[1]
     nnz = offsets[offsets.shape[0] - 1]
