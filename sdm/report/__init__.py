@@ -56,18 +56,34 @@ def _why(base: ConfigResult, r: ConfigResult, s: Scenario) -> str:
     else:
         bits.append(f"Both fleets have {r.hosts} hosts ({r.regime}), so SCM can only trim each host")
     bw, rw = base.watts_per_host, r.watts_per_host
-    bits.append(f"per host DRAM goes from {base.dram_gb_per_host:,.0f} to {r.dram_gb_per_host:,.0f} GB "
-                f"({bw['dram']:,.0f} -> {rw['dram']:,.0f} W) and {r.scm_devices_per_host} x {r.device} add "
-                f"{rw['scm']:,.0f} W, so a host draws {sum(rw.values()):,.0f} W against "
-                f"{sum(bw.values()):,.0f} W")
+    if r.dram_gb_per_host < base.dram_gb_per_host:
+        dram = (f"per host DRAM goes from {base.dram_gb_per_host:,.0f} to {r.dram_gb_per_host:,.0f} GB "
+                f"({bw['dram']:,.0f} -> {rw['dram']:,.0f} W)")
+    else:
+        dram = (f"per host DRAM stays at {r.dram_gb_per_host:,.0f} GB"
+                + (f" (the host's minimum of {s.host.min_dimms} DIMMs)"
+                   if r.dimms_per_host == s.host.min_dimms else "")
+                + (f", against {base.dram_gb_per_host:,.0f} GB DRAM-only"
+                   if r.dram_gb_per_host != base.dram_gb_per_host else ""))
+    bits.append(f"{dram}, and {r.scm_devices_per_host} x {r.device} add {rw['scm']:,.0f} W: a host draws "
+                f"{sum(rw.values()):,.0f} W against {sum(bw.values()):,.0f} W")
     pos = paper_position(r.savings_vs_dram)
+    share = bw["dram"] / sum(bw.values()) if sum(bw.values()) else 0.0
     if pos == "above":
-        bits.append("above the paper's range because removing whole hosts saves their base power too")
-    elif pos == "below" and r.hosts <= base.hosts:
-        bits.append(f"below the paper's range because DRAM is only {bw['dram'] / sum(bw.values()):.0%} of "
-                    f"a DRAM-only host's power, and the SCM devices give part of the trimmed DRAM back")
-    elif pos == "below":
+        bits.append("above the paper's range because removing whole hosts saves their base power too"
+                    if r.hosts < base.hosts else
+                    f"above the paper's range because DRAM is {share:.0%} of a DRAM-only host's power")
+    elif pos == "within":
+        bits.append("within the paper's range: " + (
+            "SCM removes some hosts but not most" if r.hosts < base.hosts else
+            f"DRAM is {share:.0%} of a DRAM-only host's power and SCM trims part of it"))
+    elif r.dram_gb_per_host >= base.dram_gb_per_host and r.hosts >= base.hosts:
+        bits.append("below the paper's range because the tables already fit the DRAM a host carries anyway: "
+                    "the SCM devices only add power")
+    elif r.hosts > base.hosts:
         bits.append("below the paper's range because the extra hosts cost more than the trimmed DRAM saves")
+    else:
+        bits.append(f"below the paper's range because DRAM is only {share:.0%} of a DRAM-only host's power")
     return "; ".join(bits) + "."
 
 
