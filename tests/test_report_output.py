@@ -155,3 +155,26 @@ def test_cli_report(tmp_path, capsys):
     code = main(["report", "--scenario", scen, "--replay", str(tmp_path / "missing.json"), "-o", str(tmp_path / "p")])
     _, err = capsys.readouterr()
     assert code == 2 and err.count("\n") == 1 and "missing.json" in err
+
+
+def test_real_replays_in_process_and_as_files(tmp_path):
+    """The live `sdm replay` result shape, as objects and as `--json` files."""
+    from sdm.replay import replay
+
+    results = [replay(TINY, c, progress=False) for c in ("dram", "sdm-nand")]
+    paths = []
+    for r in results:
+        p = tmp_path / f"{r.config}.json"
+        p.write_text(json.dumps(r.to_json()))
+        paths.append(p)
+    for given in (results, paths):
+        (d, n) = load_results(given)
+        assert (d.config, n.config, n.device) == ("dram", "sdm-nand", "nand-p4500")
+        assert n.hit_rate == pytest.approx(results[1].hit_rate)
+        assert n.qps_at_sla == pytest.approx(results[1].qps_at_sla)
+        assert 0 < n.dram_fraction <= 1
+        s = apply_results(load_scenario(ROOT / "scenarios" / "mixed.toml"), [d, n])
+        nand = next(c for c in s.configs if c.name == "sdm-nand")
+        assert nand.qps_ratio == pytest.approx(min(1.0, n.qps_at_sla / d.qps_at_sla))
+    report = write_report(ROOT / "scenarios" / "mixed.toml", results, tmp_path / "out", plots=False)
+    assert len(report["replays"]) == 2 and (tmp_path / "out" / "report.json").exists()

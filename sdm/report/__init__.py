@@ -45,10 +45,15 @@ def _why(base: ConfigResult, r: ConfigResult, s: Scenario) -> str:
         return f"The DRAM-only baseline cannot serve: {base.infeasible}."
     bits = []
     if r.hosts < base.hosts:
+        if base.hosts_per_replica > base.hosts_for_qps:
+            held = (f"{base.hosts_per_replica} hosts per replica to hold {s.model.table_gb:,.0f} GB of "
+                    f"tables, while the traffic needs {base.hosts_for_qps}")
+        else:
+            held = (f"replicas of {base.hosts_per_replica} hosts, to hold {s.model.table_gb:,.0f} GB of "
+                    f"tables, round the {base.hosts_for_qps} hosts the traffic needs up to {base.hosts}")
         bits.append(f"SCM removes {base.hosts - r.hosts} of {base.hosts} hosts: DRAM-only is {base.regime} "
-                    f"({base.hosts_per_replica} hosts per replica to hold {s.model.table_gb:,.0f} GB of "
-                    f"tables, while the traffic needs {base.hosts_for_qps}); with {r.device} a replica needs "
-                    f"{r.hosts_per_replica} and the fleet {r.hosts} ({r.regime})")
+                    f"({held}); with {r.device} a replica needs {r.hosts_per_replica} and the fleet "
+                    f"{r.hosts} ({r.regime})")
     elif r.hosts > base.hosts:
         why = (f"each serves {r.qps_per_host:,.4g} requests/s against the DRAM host's {base.qps_per_host:,.4g}"
                if r.qps_per_host < base.qps_per_host else f"a replica needs {r.hosts_per_replica} hosts")
@@ -175,8 +180,8 @@ def write_report(scenarios=None, replays=(), out_dir="report", *, plots: bool = 
     Args:
         scenarios: one scenario (path, :class:`Scenario`) or a list of them; None: the
             shipped ``scenarios/*.toml``.
-        replays: paths of ``sdm replay --json`` / ``sdm sweep --json`` results (or
-            ``(label, dict)`` pairs), applied to every scenario.
+        replays: ``sdm replay --json`` / ``sdm sweep --json`` result files, ``(label, dict)``
+            pairs, or ``ReplayResult`` / ``SweepResult`` objects; applied to every scenario.
         out_dir: the output directory.
         plots: draw the PNGs (skipped with a note when matplotlib is missing).
 

@@ -123,13 +123,17 @@ def _from_sweep(data: dict, path: str) -> list[Measured]:
 
 
 def load_results(paths) -> list[Measured]:
-    """Read ``sdm replay --json`` and ``sdm sweep --json`` files (or already-parsed dicts
-    paired with a label: ``(label, dict)``). Raises ConfigError naming a file that is
+    """Read ``sdm replay --json`` and ``sdm sweep --json`` files, ``(label, dict)`` pairs
+    of already-parsed results, or result objects with ``to_json()``
+    (:class:`sdm.replay.ReplayResult`, :class:`sdm.sweep.SweepResult`). Raises ConfigError naming a file that is
     missing, not JSON, or lacks the keys used."""
     out: list[Measured] = []
     for item in paths:
         if isinstance(item, tuple):
             label, data = item
+        elif hasattr(item, "to_json"):  # a ReplayResult / SweepResult of this process
+            data = item.to_json()
+            label = f"{data.get('config') or 'sweep'} (in-process result)"
         else:
             label = os.fspath(item)
             try:
