@@ -530,6 +530,8 @@ def _configs(data, where, sources) -> tuple[ConfigSpec, ...]:
                                       f"{name!r} (no device)")
             qph = r.number("qps_per_host", required=False, above=0)
             r.finish()
+            if hit is None:
+                sources[f"configs.{label}.hit_rate"] = "DRAM-only: every row read is served from DRAM"
             out.append(ConfigSpec(name, None, 1.0, 1.0 if hit is None else hit, None, qph, replay_name))
             continue
         frac = r.number("dram_fraction", above=0, maximum=1)
