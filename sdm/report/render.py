@@ -228,22 +228,24 @@ def _plot_power(plt, report):
 
 
 def _plot_size(plt, report):
-    fig, ax = plt.subplots(figsize=(7.0, 4.2))
-    for sc in report["scenarios"]:
+    scs = report["scenarios"]
+    fig, axes = plt.subplots(1, len(scs), figsize=(max(5.0, 3.6 * len(scs)), 4.0), squeeze=False, sharey=True)
+    lo, hi = report["paper_savings_range"]
+    for ax, sc in zip(axes[0], scs):
         curve = sc["model_size_curve"]
         for name, ys in curve["savings"].items():
             pts = [(x, 100 * y) for x, y in zip(curve["table_gb"], ys) if y is not None]
             if pts:
-                ax.plot(*zip(*pts), marker=".", label=f"{sc['name']}: {name}")
-        ax.axvline(sc["model_gb"], color="#ccc", lw=0.8)
-    lo, hi = report["paper_savings_range"]
-    ax.axhspan(100 * lo, 100 * hi, color="#9c9", alpha=0.25, label="paper: 5%-29%")
-    ax.axhline(0, color="k", lw=0.6)
-    ax.set_xscale("log")
-    ax.set_xlabel("embedding tables (GB)")
-    ax.set_ylabel("power savings vs DRAM-only (%)")
-    ax.set_title("Savings versus model size (model estimate; grey lines: each scenario's model)", fontsize=9)
-    ax.legend(fontsize=6, ncol=2)
+                ax.plot(*zip(*pts), marker=".", label=name)
+        ax.axhspan(100 * lo, 100 * hi, color="#9c9", alpha=0.25, label="paper: 5%-29%")
+        ax.axvline(sc["model_gb"], color="#999", lw=0.8, ls="--", label="this scenario")
+        ax.axhline(0, color="k", lw=0.6)
+        ax.set_xscale("log")
+        ax.set_xlabel("embedding tables (GB)", fontsize=8)
+        ax.set_title(sc["name"], fontsize=9)
+    axes[0][0].set_ylabel("power savings vs DRAM-only (%)")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("Savings versus model size, everything else as in each scenario (model estimate)", fontsize=10)
     fig.tight_layout()
     return fig
 
