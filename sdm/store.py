@@ -34,6 +34,7 @@ from sdm.formats import dequantize_rows, quantize_rows
 from sdm.hierarchy import Hierarchy
 from sdm.manifest import MANIFEST_NAME, Manifest, TableLayout, TableSpec, fsync_dir
 from sdm.kernels.dedup import unique_inverse
+from sdm.pooled import PooledCache
 from sdm.pooling import check_ids, check_mode, check_offsets, check_weights
 from sdm.tiers.lmdb import RowDB
 
@@ -58,6 +59,9 @@ class Store:
         self._manifest = manifest
         self._db = db
         self._hierarchy = Hierarchy(config, db)
+        # Bags that repeat (a user's features across a request's candidate items) are
+        # served whole from here, before any row is looked up.
+        self._pooled = PooledCache(config.pooled_cache_bytes) if config.pooled_cache_bytes else None
         self._write_lock = threading.Lock()
         self._counter_lock = threading.Lock()
         self._lookups = 0
@@ -205,6 +209,8 @@ class Store:
             manifest.write(self.path)
             self._manifest = manifest
             self._hierarchy.invalidate(committed)
+            if self._pooled is not None:
+                self._pooled.invalidate(committed.table_id)
             live[committed.table_id] = generation
             self._db.delete_generations(live)
 
@@ -278,7 +284,13 @@ class Store:
 
     def _pool(self, layout, indices, offsets, weights, mean):
         out = np.empty((len(offsets) - 1, layout.spec.dim), dtype=np.float32)
-        return self._hierarchy.pool(layout, indices, offsets, weights, mean, out)
+        if self._pooled is None or weights is not None:  # weighted bags are never cached
+            return self._hierarchy.pool(layout, indices, offsets, weights, mean, out)
+
+        def pool_misses(sub_indices, sub_offsets, sub_out):
+            self._hierarchy.pool(layout, sub_indices, sub_offsets, None, mean, sub_out)
+
+        return self._pooled.pool(layout.table_id, indices, offsets, mean, pool_misses, out)
 
     # -- prefetch ----------------------------------------------------------------------
 
@@ -326,9 +338,14 @@ class Store:
 
     def stats(self) -> dict:
         """Counters since open: ``lookups``, ``batches``, and ``tiers``, a list (fast to slow)
-        of ``{name, hits, misses, reads, bytes_read, modeled_ns, ...}`` per tier."""
-        return {"lookups": self._lookups, "batches": self._batches,
-                "config": self.config.name, "tiers": self._hierarchy.stats()}
+        of ``{name, hits, misses, reads, bytes_read, modeled_ns, ...}`` per tier; with a
+        pooled-embedding cache, ``pooled_cache`` (its ``hits``, ``misses``, ``bytes_used``...).
+        Lookups of bags the pooled cache served never reach the tiers."""
+        out = {"lookups": self._lookups, "batches": self._batches,
+               "config": self.config.name, "tiers": self._hierarchy.stats()}
+        if self._pooled is not None:
+            out["pooled_cache"] = self._pooled.stats()
+        return out
 
 
 @dataclass

@@ -3,6 +3,8 @@ stream; prefetched rows stay pinned until their batch; lookahead hides IO behind
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -157,3 +159,28 @@ def test_lookahead_rejects_bad_depth(store_path):
         for bad in (-1, 65, 1.5, True):
             with pytest.raises(sdm.errors.InvalidArgumentError, match="depth"):
                 Lookahead(store, bad)
+
+
+def test_pooled_cache_serves_repeated_bags_before_the_tiers(tmp_path):
+    spec = SPECS[0]
+    rows = np.random.default_rng(1).standard_normal((spec.num_rows, spec.dim)).astype(np.float32)
+    with sdm.Store.create(tmp_path / "s", [spec]) as store:
+        store.write_table("a", rows)
+    store_path = tmp_path / "s"
+    # a user's bag repeated for 8 candidate items, then the same request again
+    user = np.array([3, 17, 17, 250, 9], dtype=np.int64)
+    ids = np.tile(user, 8)
+    offsets = np.arange(0, ids.size + 1, user.size, dtype=np.int64)
+    cfg = dataclasses.replace(config(200), pooled_cache_bytes=1 << 20)
+    with sdm.Store.open(store_path, config="dram") as store:
+        want = store.embedding_bags({"a": (ids, offsets)})["a"]
+    with sdm.Store.open(store_path, config=cfg) as store:
+        for _ in range(2):
+            np.testing.assert_array_equal(store.embedding_bags({"a": (ids, offsets)})["a"], want)
+        stats = store.stats()
+        assert stats["pooled_cache"]["hits"] == 15 and stats["pooled_cache"]["misses"] == 1
+        # only the first bag's 4 distinct rows ever reached the row cache
+        assert stats["tiers"][0]["hits"] + stats["tiers"][0]["misses"] == 4
+        # a rewritten table drops its pooled vectors
+        store.write_table("a", np.zeros_like(rows))
+        assert not store.embedding_bags({"a": (ids, offsets)})["a"].any()

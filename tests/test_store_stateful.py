@@ -5,6 +5,7 @@ the model's rows, so identical across hierarchies. Plus concurrent readers."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 import threading
@@ -33,7 +34,10 @@ def tight(policy, admission=None):
 
 
 CONFIGS = {**HIERARCHY_PRESETS, **{f"tight-{p}": tight(p) for p in CACHE_POLICIES},
-           "tight-lru-tinylfu": tight("lru", "tinylfu"), "tight-sieve-threshold": tight("sieve", "threshold")}
+           "tight-lru-tinylfu": tight("lru", "tinylfu"), "tight-sieve-threshold": tight("sieve", "threshold"),
+           # a pooled-embedding cache small enough to evict, over a tight row cache and over DRAM
+           "tight-lru-pooled": dataclasses.replace(tight("lru"), pooled_cache_bytes=2048),
+           "dram-pooled": dataclasses.replace(HIERARCHY_PRESETS["dram"], pooled_cache_bytes=1 << 16)}
 
 
 def decoded(spec, rows):
