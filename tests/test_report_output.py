@@ -35,8 +35,16 @@ REPLAYS = [_replay("dram", 900, 100, 20.0), _replay("sdm-nand", 800, 200, 10.0),
            _replay("sdm-3dxp", 800, 200, 50.0, device="optane-p4800x-512")]
 
 
-def test_replays_set_hit_rate_ratio_and_dram_share():
-    s = load_scenario(ROOT / "scenarios" / "qps-bound.toml")
+def in_mode(name, mode, tmp_path):
+    """A shipped scenario with ``traffic.replay_qps`` set to ``mode``."""
+    text = (ROOT / "scenarios" / f"{name}.toml").read_text()
+    p = tmp_path / f"{name}-{mode}.toml"
+    p.write_text(re.sub(r'replay_qps = "\w+"', f'replay_qps = "{mode}"', text))
+    return p
+
+
+def test_replays_set_hit_rate_ratio_and_dram_share(tmp_path):
+    s = load_scenario(in_mode("qps-bound", "ratio", tmp_path))
     s2 = apply_results(s, load_results(REPLAYS))
     nand = next(c for c in s2.configs if c.name == "sdm-nand")
     xp = next(c for c in s2.configs if c.name == "sdm-3dxp")
@@ -51,11 +59,19 @@ def test_replays_set_hit_rate_ratio_and_dram_share():
     assert s2.baseline.qps_per_host == s.baseline.qps_per_host
 
 
+def test_scenario_mode_takes_hit_rates_but_keeps_the_scenarios_qps():
+    s = load_scenario(ROOT / "scenarios" / "qps-bound.toml")
+    assert s.traffic.replay_qps == "scenario"
+    s2 = apply_results(s, load_results(REPLAYS))
+    for before, after in zip(s.configs, s2.configs):
+        assert (after.qps_per_host, after.qps_ratio) == (before.qps_per_host, before.qps_ratio)
+    assert next(c for c in s2.configs if c.name == "sdm-nand").hit_rate == pytest.approx(0.8)
+    assert any('replay_qps = "scenario"' in n for n in s2.notes)
+
+
 def test_absolute_mode_and_unmatched_results(tmp_path):
-    text = (ROOT / "scenarios" / "small-model.toml").read_text().replace(
-        "sla_p99_us = 30000.0", 'sla_p99_us = 20000.0\nreplay_qps = "absolute"')
-    p = tmp_path / "abs.toml"
-    p.write_text(text)
+    p = in_mode("small-model", "absolute", tmp_path)
+    p.write_text(p.read_text().replace("sla_p99_us = 30000.0", "sla_p99_us = 20000.0"))
     extra = _replay("three-tier", 1, 1, 1.0)
     s = apply_results(load_scenario(p), load_results(REPLAYS + [extra]))
     assert s.baseline.qps_per_host == 20.0
@@ -64,7 +80,7 @@ def test_absolute_mode_and_unmatched_results(tmp_path):
     assert any("SLA of 30000 us" in n for n in s.notes)
 
 
-def test_sweep_result_applies_by_device():
+def test_sweep_result_applies_by_device(tmp_path):
     sweep = ("sweep.json", {"trace": TINY, "sla_us": 30000.0, "requests": 10, "lookups": 1000, "points": [
         {"policy": "lru", "cache_bytes": 1 << 16, "capacity_rows": 200, "hits": 70, "misses": 30,
          "devices": {"nand-p4500": {"qps_at_sla": 5.0}}},
@@ -74,7 +90,7 @@ def test_sweep_result_applies_by_device():
          "devices": {"nand-p4500": {"qps_at_sla": 9.0}}}]})
     (m,) = load_results([sweep])
     assert (m.device, m.hit_rate, m.qps_at_sla, m.dram_fraction) == ("nand-p4500", 0.7, 5.0, 0.1)
-    s = apply_results(load_scenario(ROOT / "scenarios" / "mixed.toml"), [m])
+    s = apply_results(load_scenario(in_mode("mixed", "ratio", tmp_path)), [m])
     nand = next(c for c in s.configs if c.name == "sdm-nand")
     assert nand.hit_rate == 0.7 and nand.dram_fraction == 0.1
     assert any("no replay of the baseline" in n for n in s.notes)
@@ -173,7 +189,7 @@ def test_real_replays_in_process_and_as_files(tmp_path):
         assert n.hit_rate == pytest.approx(results[1].hit_rate)
         assert n.qps_at_sla == pytest.approx(results[1].qps_at_sla)
         assert 0 < n.dram_fraction <= 1
-        s = apply_results(load_scenario(ROOT / "scenarios" / "mixed.toml"), [d, n])
+        s = apply_results(load_scenario(in_mode("mixed", "ratio", tmp_path)), [d, n])
         nand = next(c for c in s.configs if c.name == "sdm-nand")
         assert nand.qps_ratio == pytest.approx(min(1.0, n.qps_at_sla / d.qps_at_sla))
     report = write_report(ROOT / "scenarios" / "mixed.toml", results, tmp_path / "out", plots=False)

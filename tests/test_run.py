@@ -34,19 +34,26 @@ def test_default_trace_is_bundled():
     assert DEFAULT_TRACE.is_file()
 
 
-def test_cli_run_prints_a_table(capsys):
-    assert main(["run", "--trace", TINY, "--dim", "8", "--batches", "2"]) == 0
+def test_cli_run_prints_a_table_and_writes_the_report(capsys, tmp_path):
+    report = tmp_path / "report"
+    assert main(["run", "--trace", TINY, "--dim", "8", "--batches", "2", "--report", str(report)]) == 0
     out = capsys.readouterr().out
     assert "pooled results identical across presets: yes" in out
     for preset in ("dram", "sdm-nand", "sdm-3dxp"):
         assert f"| {preset} |" in out
     assert "QPS at SLA" in out and "read amp." in out
+    assert "savings vs dram" in out and "| qps-bound | sdm-nand |" in out
+    data = json.loads((report / "report.json").read_text())
+    assert {c["name"] for sc in data["scenarios"] for c in sc["configs"]} >= {"dram", "sdm-nand", "sdm-3dxp"}
+    assert (report / "report.md").is_file() and (report / "report.html").is_file()
 
 
-def test_cli_run_json(capsys):
-    assert main(["run", "--trace", TINY, "--dim", "8", "--batches", "1", "--presets", "dram", "--json"]) == 0
+def test_cli_run_json(capsys, tmp_path):
+    assert main(["run", "--trace", TINY, "--dim", "8", "--batches", "1", "--presets", "dram", "--json",
+                 "--no-report"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["identical"] and data["runs"][0]["config"] == "dram"
+    assert data["identical"] and data["runs"][0]["config"] == "dram" and "report" not in data
+    assert not (tmp_path / "report").exists()
 
 
 def test_ingest_bench_smoke():

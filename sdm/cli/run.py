@@ -7,6 +7,7 @@ import os
 import sys
 
 from sdm.demo import DEMO_PRESETS, run_demo
+from sdm.report import write_report
 
 
 def register(sub) -> None:
@@ -20,6 +21,10 @@ def register(sub) -> None:
     p.add_argument("--batches", type=int, help="replay at most this many batches")
     p.add_argument("--dim", type=int, default=64, help="columns per row (default 64)")
     p.add_argument("--sla-us", type=float, default=30_000.0, help="p99 SLA in microseconds (default 30000)")
+    p.add_argument("--report", default="report", metavar="DIR",
+                   help="write the power/cost report of the shipped scenarios, fed with these "
+                        "replays, into DIR (default: report)")
+    p.add_argument("--no-report", action="store_true", help="skip the power/cost report")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_run)
 
@@ -30,8 +35,12 @@ def _run(args) -> int:
     runs = run_demo(tuple(args.presets), trace=args.trace, dim=args.dim, sla_us=args.sla_us,
                     max_batches=args.batches, progress=sys.stderr.isatty())
     same = len({round(r.extra["checksum"], 3) for r in runs}) == 1
+    report = None if args.no_report else write_report(None, runs, args.report)
     if args.json:
-        print(json.dumps({"runs": [r.to_json() for r in runs], "identical": same}, indent=1))
+        out = {"runs": [r.to_json() for r in runs], "identical": same}
+        if report is not None:
+            out["report"] = report["files"]
+        print(json.dumps(out, indent=1))
         return 0 if same else 1
     r0 = runs[0]
     print(f"sdm run: {os.path.basename(r0.trace)}, {r0.batches} batches, {r0.requests} requests of "
@@ -42,4 +51,18 @@ def _run(args) -> int:
           "setup: SCM row-file checks, cache slot first touches); latency and QPS: modeled device time "
           "per request (a request = one batch), QPS at SLA from a FCFS queue of Poisson arrivals.")
     print(f"pooled results identical across presets: {'yes' if same else 'NO'}")
+    if report is not None:
+        print(f"\nPower and cost (a model estimate from these replays and the shipped scenarios; "
+              f"every input and its source in {os.path.join(args.report, 'report.md')}):\n")
+        print(savings_table(report))
     return 0 if same else 1
+
+
+def savings_table(report: dict) -> str:
+    """Hosts, watts and power savings versus DRAM-only per scenario and configuration."""
+    lines = ["| scenario | config | hosts | power kW | savings vs dram |", "|---|---|---|---|---|"]
+    for sc in report["scenarios"]:
+        for c in sc["configs"]:
+            lines.append(f"| {sc['name']} | {c['name']} | {c['hosts']:,} | {c['power_watts'] / 1e3:,.1f} | "
+                         f"{c['savings_vs_dram']:+.1%} |")
+    return "\n".join(lines)

@@ -8,7 +8,9 @@ What a result gives a configuration:
   (the replay's request and model are the replay's, the scenario's traffic its own); the
   ratio is capped at 1, since an SCM host does at least the DRAM host's work. In
   ``absolute`` mode the replayed QPS is the per-host QPS and the target QPS counts the
-  replay's requests;
+  replay's requests; in ``scenario`` mode it is not used (the per-host QPS stays the
+  scenario's): a replay's QPS at SLA models requests one at a time on one device queue at
+  the tier's queue depth, which is a host's QPS only when the replay models that host;
 * ``dram_fraction`` — the cache size as a share of the trace's rows, when the replay names
   a trace file that can be read: ``min(capacity_rows, cached_rows) / rows`` (a cache that
   never filled behaves as one just large enough for what it held).
@@ -181,6 +183,10 @@ def apply_results(scenario: Scenario, results: list[Measured]) -> Scenario:
     base = scenario.baseline
     base_m = matched[base.name]
     absolute = scenario.traffic.replay_qps == "absolute"
+    qps_from_replay = scenario.traffic.replay_qps != "scenario"
+    if not qps_from_replay:
+        notes.append("per-host QPS is the scenario's (traffic.replay_qps = \"scenario\"): replays "
+                     "give hit rates and cache shares only")
     sla = scenario.traffic.sla_p99_us
     configs = []
     for c in scenario.configs:
@@ -202,7 +208,9 @@ def apply_results(scenario: Scenario, results: list[Measured]) -> Scenario:
             notes.append(f"{c.name}: {m.source} does not tell the cache's share of the rows "
                          f"(no readable trace); dram_fraction stays the scenario's")
         qps = m.qps_at_sla
-        if absolute:
+        if not qps_from_replay:
+            pass
+        elif absolute:
             changes["qps_per_host"] = qps if qps is not None else 0.0
             if not c.is_baseline:
                 changes["qps_ratio"] = None

@@ -22,7 +22,7 @@ its keys to where their numbers come from, printed beside each input in the repo
     [traffic]
     target_qps = 400000.0              # requests per second the fleet must serve
     sla_p99_us = 30000.0               # p99 latency bound the per-host QPS was measured at
-    replay_qps = "ratio"               # ratio (default) | absolute: how replay QPS is used
+    replay_qps = "ratio"               # ratio (default) | absolute | scenario: how replay QPS is used
 
     [host]
     name = "2-socket server"
@@ -78,7 +78,7 @@ __all__ = ["ModelSpec", "TrafficSpec", "HostSpec", "DeviceCost", "ConfigSpec", "
            "DEFAULT_SENSITIVITY_PERCENT", "GB"]
 
 GB = 1e9
-REPLAY_QPS_MODES = ("ratio", "absolute")
+REPLAY_QPS_MODES = ("ratio", "absolute", "scenario")
 # Assumption: +-20% spans the DRAM W/GB and device-watt ranges REFERENCES.md gives as
 # parameters (e.g. 0.05-0.4 W/GB is wider; the report says so) without flipping signs.
 DEFAULT_SENSITIVITY_PERCENT = 20.0
@@ -114,8 +114,9 @@ class ModelSpec:
 @dataclass(frozen=True)
 class TrafficSpec:
     """``target_qps``: requests per second the fleet serves; ``sla_p99_us``: the p99 bound
-    (µs); ``replay_qps``: how a replay's QPS enters (``ratio`` to the baseline's replay, or
-    ``absolute`` requests per second)."""
+    (µs); ``replay_qps``: how a replay's QPS enters (``ratio`` to the baseline's replay,
+    ``absolute`` requests per second, or ``scenario``: not at all, the per-host QPS stays the
+    scenario's and replays give hit rates and cache shares only)."""
 
     target_qps: float
     sla_p99_us: float
