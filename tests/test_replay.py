@@ -272,3 +272,17 @@ def test_bad_request_size_fails_before_any_work(tmp_path):
     with pytest.raises(sdm.errors.InvalidArgumentError, match="request_size"):
         replay(TINY, "dram", request_size=0, workdir=str(tmp_path))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_hierarchy_options_reach_the_store(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert main(["replay", TINY, "--config", "sdm-nand", "--cache-bytes", "64K", "--policy", "s3fifo",
+                 "--admission", "tinylfu", "--pooled-cache-bytes", "1M", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    cache = data["tiers"][0]
+    assert (cache["policy"], cache["admission"], cache["capacity_rows"]) == ("s3fifo", "tinylfu", 65536 // 256)
+    capsys.readouterr()
+    assert main(["replay", TINY, "--config", "dram", "--cache-bytes", "64K"]) == 2
+    assert "no cache tier" in capsys.readouterr().err
+    assert main(["replay", TINY, "--config", "sdm-nand", "--policy", "belady"]) == 2
+    assert "belady" in capsys.readouterr().err

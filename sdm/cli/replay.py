@@ -21,6 +21,11 @@ def register(sub) -> None:
     r.add_argument("trace", metavar="TRACE", help="sdm trace file (.npz)")
     r.add_argument("--config", default="dram", help="hierarchy preset (dram, ssd, sdm-nand, sdm-3dxp, "
                                                     "three-tier) or a .toml file (default dram)")
+    r.add_argument("--cache-bytes", metavar="SIZE", help="the first DRAM cache's size, e.g. 128M (a cache config)")
+    r.add_argument("--policy", help="the first DRAM cache's policy (any of sdm.config.CACHE_POLICIES)")
+    r.add_argument("--admission", choices=["threshold", "tinylfu"], help="the first cache's admission filter")
+    r.add_argument("--placement", metavar="FILE", help="a placement from `sdm place` (pins, SCM row order)")
+    r.add_argument("--pooled-cache-bytes", metavar="SIZE", help="a pooled-embedding cache of SIZE, e.g. 8M")
     r.add_argument("--model", help="DLRM preset: run the whole forward per request (its dim wins)")
     r.add_argument("--io-mode", choices=["modeled", "paced", "direct"], help="override the config's IO mode")
     r.add_argument("--sla-us", type=float, help="p99 latency SLA in microseconds (default 30000)")
@@ -93,6 +98,22 @@ def _progress() -> bool:
     return sys.stderr.isatty()
 
 
+def _config(args):
+    """``--config`` with the hierarchy options given on the command line applied."""
+    from sdm.config import resolve_config, with_options
+    from sdm.sweep import parse_size
+
+    changes = {}
+    if args.cache_bytes is not None:
+        changes["cache_bytes"] = parse_size(args.cache_bytes)
+    for name in ("policy", "admission", "placement"):
+        if getattr(args, name) is not None:
+            changes[name] = getattr(args, name)
+    if args.pooled_cache_bytes is not None:
+        changes["pooled_cache_bytes"] = parse_size(args.pooled_cache_bytes)
+    return with_options(args.config, **changes) if changes else resolve_config(args.config)
+
+
 def _replay(args) -> int:
     from sdm.queueing import DEFAULT_SLA_US
     from sdm.replay import DEFAULT_DIM, replay
@@ -100,7 +121,7 @@ def _replay(args) -> int:
 
     if args.model is not None and args.dim is not None:
         raise InvalidArgumentError("--dim and --model conflict: the model preset fixes the dim")
-    result = replay(args.trace, args.config, store=args.store, model=args.model,
+    result = replay(args.trace, _config(args), store=args.store, model=args.model,
                     dim=args.dim or DEFAULT_DIM, fmt=args.fmt, io_mode=args.io_mode,
                     sla_us=DEFAULT_SLA_US if args.sla_us is None else args.sla_us,
                     request_size=args.request_size, warmup_batches=args.warmup,
