@@ -31,6 +31,7 @@ from sdm.tiers.dram_cache import DramCacheTier
 from sdm.tiers.lmdb import RowDB
 from sdm.tiers.metered import Metered
 from sdm.tiers.mmap import MmapTier
+from sdm.tiers.patched import PatchedTier
 
 
 class Hierarchy:
@@ -69,7 +70,7 @@ class Hierarchy:
                     inner = DramTier(backing)
                 elif tc.kind == "mmap":
                     order = {} if self.placement is None else self.placement.row_order
-                    inner = MmapTier(db, directory, row_order=order) if order else MmapTier(db, directory)
+                    inner = PatchedTier(MmapTier(db, directory, row_order=order or None), db)
                 else:
                     inner = backing
             lower = Metered(inner, tc.device, self.clock, io_mode=config.io_mode,
@@ -172,6 +173,15 @@ class Hierarchy:
             self._pinned.invalidate(layout)
         if self._cache is not None:
             self._pin(layout)
+
+    def rows_changed(self, layout: TableLayout, ids: np.ndarray) -> None:
+        """Rows ``ids`` (sorted, unique int64) of ``layout``'s table were updated in LMDB:
+        every tier forgets or refreshes its copy, slow to fast (so a cache reloading a pinned
+        row reads the new one)."""
+        for tier in self.tiers[::-1]:
+            tier.rows_changed(layout, ids)
+        if self._pinned is not None:
+            self._pinned.rows_changed(layout, ids)
 
     def stats(self) -> list[dict]:
         """Per tier, fast to slow: ``name``, ``kind``, ``device``, ``hits``, ``misses``,

@@ -20,6 +20,7 @@ import shutil
 import threading
 import uuid
 from collections.abc import Iterable, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,6 +58,7 @@ class Store:
         self.readonly = readonly
         self.config = config
         self._manifest = manifest
+        self._manifest_stamp = _stamp(path)
         self._db = db
         self._hierarchy = Hierarchy(config, db)
         # Bags that repeat (a user's features across a request's candidate items) are
@@ -64,9 +66,12 @@ class Store:
         self._pooled = PooledCache(config.pooled_cache_bytes) if config.pooled_cache_bytes else None
         self._write_lock = threading.Lock()
         self._counter_lock = threading.Lock()
+        self._rw = _ReadWriteLock()
+        self._seen_version = 0  # the database version every copy of rows here reflects
         self._lookups = 0
         self._batches = 0
         self._closed = False
+        self._catch_up()
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -207,17 +212,119 @@ class Store:
             committed = TableLayout(new.spec, new.table_id, new.rows_per_block, generation)
             manifest = manifest.with_table(committed, generation + 1)
             manifest.write(self.path)
-            self._manifest = manifest
-            self._hierarchy.invalidate(committed)
-            if self._pooled is not None:
-                self._pooled.invalidate(committed.table_id)
+            with self._rw.writing():
+                self._catch_up()
             live[committed.table_id] = generation
             self._db.delete_generations(live)
+            self._db.drop_changes(committed.table_id, generation)
+
+    def update_rows(self, name: str, ids, rows) -> int:
+        """Replace rows ``ids`` of table ``name`` with ``rows``, atomically: every reader's
+        next batch (in this process or another) sees all of them, a batch already running
+        sees none. Copies of the old rows (DRAM cache, resident tables, SCM row files,
+        pooled vectors) are dropped or refreshed for exactly these rows.
+
+        Args:
+            name: a written table.
+            ids: ``(n,)`` distinct row ids.
+            rows: ``(n, dim)`` float rows, encoded in the table's format.
+
+        Returns:
+            The store's new version (``stats()["version"]``).
+
+        Raises:
+            ReadOnlyError, UnknownTableError, StoreError (no rows yet), IdOutOfRangeError,
+            InvalidArgumentError (repeated ids, wrong shape, non-finite values). Nothing is
+            written then.
+        """
+        layout = self._readable(name)
+        if self.readonly:
+            raise ReadOnlyError(f"store {self.path} is open read-only; cannot update table {name!r}")
+        spec = layout.spec
+        ids = check_ids(ids, spec.num_rows, what=f"id of table {name!r}")
+        rows = np.asarray(rows)
+        _check_chunk(spec, rows, "rows")
+        if rows.shape[0] != len(ids):
+            raise InvalidArgumentError(f"update of table {name!r}: {len(ids)} ids but {rows.shape[0]} rows")
+        order = np.argsort(ids, kind="stable")
+        ids = ids[order].astype(np.int64, copy=False)
+        if len(ids) > 1 and (ids[1:] == ids[:-1]).any():
+            dup = int(ids[1:][ids[1:] == ids[:-1]][0])
+            raise InvalidArgumentError(f"update of table {name!r}: id {dup} is given more than once")
+        raw = quantize_rows(rows[order], spec.fmt)
+        if not len(ids):
+            return self._seen_version
+        with self._write_lock, _FileLock(os.path.join(self.path, _LOCK_NAME)):
+            current = Manifest.read(self.path).table(name)  # another process may have published
+            version = self._db.update_rows(current, ids, raw)
+            with self._rw.writing():
+                self._catch_up()
+        return version
+
+    # -- versions ----------------------------------------------------------------------
+
+    def _catch_up(self) -> None:
+        """Bring every copy of rows in this process up to the current manifest and database
+        version: tables republished since are dropped whole, rows updated since exactly.
+        Caller holds the write side of ``_rw`` (or is the constructor)."""
+        stamp = _stamp(self.path)
+        if stamp != self._manifest_stamp:
+            manifest = Manifest.read(self.path)
+            for new in manifest.tables:
+                old = self._manifest.table(new.name)
+                if old is None or old.generation != new.generation:
+                    self._hierarchy.invalidate(new)
+                    if self._pooled is not None:
+                        self._pooled.invalidate(new.table_id)
+            self._manifest, self._manifest_stamp = manifest, stamp
+        with self._db.snapshot() as txn:
+            version = self._db.version(txn)
+            if version == self._seen_version:
+                return
+            tables = {t.table_id: t for t in self._manifest.tables}
+            for _, table_id, generation, ids in self._db.changes(self._seen_version, txn):
+                layout = tables.get(table_id)
+                if layout is not None and layout.generation == generation:
+                    self._hierarchy.rows_changed(layout, ids)
+                    if self._pooled is not None:
+                        self._pooled.invalidate(table_id)
+            self._seen_version = version
+
+    @contextmanager
+    def _serving(self):
+        """One batch's consistent view: the read side of ``_rw`` and one LMDB snapshot,
+        taken once every copy of rows here reflects that snapshot's version."""
+        if self._closed:
+            raise StoreError(f"store {self.path} is closed")
+        while True:
+            self._rw.acquire_read()
+            snapshot = self._db.snapshot()
+            try:
+                txn = snapshot.__enter__()
+                if self._db.version(txn) == self._seen_version and _stamp(self.path) == self._manifest_stamp:
+                    break
+            except BaseException:
+                snapshot.__exit__(None, None, None)
+                self._rw.release_read()
+                raise
+            snapshot.__exit__(None, None, None)
+            self._rw.release_read()
+            with self._rw.writing():
+                self._catch_up()
+        try:
+            yield
+        finally:
+            snapshot.__exit__(None, None, None)
+            self._rw.release_read()
 
     # -- lookups ---------------------------------------------------------------------
 
     def lookup(self, name: str, ids) -> np.ndarray:
         """Rows ``ids`` of table ``name``, ``(n,)`` ints -> ``(n, dim) float32``."""
+        with self._serving():
+            return self._lookup(name, ids)
+
+    def _lookup(self, name, ids):
         layout = self._readable(name)
         spec = layout.spec
         ids = check_ids(ids, spec.num_rows, what=f"id of table {name!r}")
@@ -246,9 +353,10 @@ class Store:
         Returns:
             ``(B, dim) float32``.
         """
-        request = self._check_bag(name, indices, offsets, mode, per_sample_weights)
-        self._count(len(request[1]), 1)
-        return self._pool(*request)
+        with self._serving():
+            request = self._check_bag(name, indices, offsets, mode, per_sample_weights)
+            self._count(len(request[1]), 1)
+            return self._pool(*request)
 
     def embedding_bags(self, requests: Mapping[str, tuple], *, mode: str = "sum") -> dict[str, np.ndarray]:
         """Pool one batch over several tables: ``{name: (indices, offsets)}`` or
@@ -256,9 +364,10 @@ class Store:
 
         Every request is validated before any is served.
         """
-        checked = self._check_requests(requests, mode)
-        self._count(sum(len(c[1]) for c in checked), 1)
-        return {c[0].name: self._pool(*c) for c in checked}
+        with self._serving():
+            checked = self._check_requests(requests, mode)
+            self._count(sum(len(c[1]) for c in checked), 1)
+            return {c[0].name: self._pool(*c) for c in checked}
 
     def _check_requests(self, requests, mode) -> list[tuple]:
         if not isinstance(requests, Mapping):
@@ -305,13 +414,14 @@ class Store:
         whether they overlap other work is the caller's schedule (see
         :class:`sdm.prefetch.Lookahead`).
         """
-        checked = self._check_requests(requests, "sum")
-        pinned = []
-        for layout, indices, _, _, _ in checked:
-            unique = unique_inverse(indices)[0]
-            if len(unique) and self._hierarchy.prefetch(layout, unique):
-                pinned.append((layout, unique))
-        return PrefetchTicket(tuple(pinned))
+        with self._serving():
+            checked = self._check_requests(requests, "sum")
+            pinned = []
+            for layout, indices, _, _, _ in checked:
+                unique = unique_inverse(indices)[0]
+                if len(unique) and self._hierarchy.prefetch(layout, unique):
+                    pinned.append((layout, unique))
+            return PrefetchTicket(tuple(pinned))
 
     def release(self, ticket: "PrefetchTicket") -> None:
         """Unpin the rows :meth:`prefetch` pinned (their batch has been served). Releasing
@@ -341,7 +451,7 @@ class Store:
         of ``{name, hits, misses, reads, bytes_read, modeled_ns, ...}`` per tier; with a
         pooled-embedding cache, ``pooled_cache`` (its ``hits``, ``misses``, ``bytes_used``...).
         Lookups of bags the pooled cache served never reach the tiers."""
-        out = {"lookups": self._lookups, "batches": self._batches,
+        out = {"lookups": self._lookups, "batches": self._batches, "version": self._seen_version,
                "config": self.config.name, "tiers": self._hierarchy.stats()}
         if self._pooled is not None:
             out["pooled_cache"] = self._pooled.stats()
@@ -403,6 +513,54 @@ def _check_chunk(spec: TableSpec, chunk: np.ndarray, what: str) -> None:
     if chunk.dtype == np.bool_ or not (np.issubdtype(chunk.dtype, np.floating)
                                        or np.issubdtype(chunk.dtype, np.integer)):
         raise InvalidArgumentError(f"{what} for table {spec.name!r} must be numeric, got {chunk.dtype}")
+
+
+def _stamp(path: str) -> tuple:
+    """What changes whenever the manifest is replaced (it is renamed into place)."""
+    try:
+        st = os.stat(os.path.join(path, MANIFEST_NAME))
+    except OSError as exc:
+        raise StoreError(f"store {path}: cannot stat its manifest: {exc}") from None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+class _ReadWriteLock:
+    """Batches share the store; applying a change (a publish, an update seen in the database)
+    waits for the running batches and holds new ones back, so no batch sees half of it.
+    Writers go first once waiting. Not reentrant."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer = False
+        self._waiting = 0
+
+    def acquire_read(self) -> None:
+        with self._cond:
+            while self._writer or self._waiting:
+                self._cond.wait()
+            self._readers += 1
+
+    def release_read(self) -> None:
+        with self._cond:
+            self._readers -= 1
+            if not self._readers:
+                self._cond.notify_all()
+
+    @contextmanager
+    def writing(self):
+        with self._cond:
+            self._waiting += 1
+            while self._writer or self._readers:
+                self._cond.wait()
+            self._waiting -= 1
+            self._writer = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
 
 
 class _FileLock:

@@ -77,6 +77,11 @@ class Tier(ABC):
     def invalidate(self, layout: TableLayout) -> None:
         """Forget anything held for ``layout``'s table; its rows have changed."""
 
+    def rows_changed(self, layout: TableLayout, ids: np.ndarray) -> None:
+        """Rows ``ids`` (sorted, unique int64) of ``layout``'s table were updated in the
+        durable copy (the tiers below already serve the new ones): forget or refresh any
+        copy of them held here."""
+
     def stats(self) -> dict:
         """Counters of this tier (see ``Store.stats``)."""
         return {}

@@ -54,6 +54,14 @@ class DramTier(Tier):
         with self._lock:
             self._tables.pop(layout.table_id, None)
 
+    def rows_changed(self, layout, ids):
+        """Re-read the changed rows into the resident table, if it is loaded."""
+        table = self._tables.get(layout.table_id)
+        if table is not None and len(ids):
+            fresh = np.empty((len(ids), layout.spec.row_bytes), dtype=np.uint8)
+            self._source.read_rows(layout, ids, fresh)
+            table[ids] = fresh
+
     def stats(self):
         return {"hits": self._rows_read, "misses": 0,
                 "resident_bytes": int(sum(t.nbytes for t in self._tables.values()))}

@@ -141,18 +141,20 @@ class DramCacheTier(Tier):
     def pin_rows(self, layout: TableLayout, ids: np.ndarray, *, source: Tier | None = None) -> None:
         """Load rows ``ids`` (sorted, unique int64) from ``source`` (default the tier below)
         and pin them for good (a placement's hot rows). They count against the capacity;
-        demand counters are not touched. Pins of the table made earlier are kept.
+        demand counters are not touched. Rows of the table pinned earlier stay pinned.
 
         Raises:
             ConfigError: the pins would leave no slot for the rest of the traffic.
         """
         with self._lock:
-            already = sum(len(v) for t, v in self._pinned.items() if t != layout.table_id)
-            if already + len(ids) >= self.capacity:
+            before = self._pinned.get(layout.table_id)
+            ids = ids if before is None else np.setdiff1d(ids, before, assume_unique=True)
+            total = sum(len(v) for v in self._pinned.values()) + len(ids)
+            if total >= self.capacity:
                 raise ConfigError(
-                    f"cache {self.name!r}: pinning {already + len(ids)} rows leaves no slot of its "
+                    f"cache {self.name!r}: pinning {total} rows leaves no slot of its "
                     f"{self.capacity} for other rows; pin fewer or give the cache more capacity")
-            self._pinned[layout.table_id] = ids
+            self._pinned[layout.table_id] = ids if before is None else np.union1d(before, ids)
             scratch = np.zeros(N_COUNTERS, dtype=np.int64)
             self._epoch += 1
             ptr = np.empty(len(ids), dtype=np.int64)
@@ -190,6 +192,20 @@ class DramCacheTier(Tier):
     def row_offsets(self, layout, ids):
         slots = self.directory.lookup((np.int64(layout.table_id) << TABLE_SHIFT) | np.asarray(ids, np.int64))
         return np.where(slots >= 0, slots, 0) * self.slot_bytes
+
+    def rows_changed(self, layout, ids):
+        """Drop the changed rows; changed rows pinned by :meth:`pin_rows` are loaded again
+        (pinned afresh) from the tier below, which serves the new ones."""
+        with self._lock:
+            freed = self.directory.remove((np.int64(layout.table_id) << TABLE_SHIFT) | ids)
+            self._slot_flag[freed[freed >= 0]] = 0
+            pinned = self._pinned.get(layout.table_id)
+        if pinned is not None:
+            again = np.intersect1d(pinned, ids, assume_unique=True)
+            if len(again):
+                with self._lock:
+                    self._pinned[layout.table_id] = np.setdiff1d(pinned, again, assume_unique=True)
+                self.pin_rows(layout, again)
 
     def invalidate(self, layout):
         """Drop the table's rows, pinned ones included (their owner pins the new ones)."""

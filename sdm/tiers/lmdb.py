@@ -11,6 +11,14 @@ device read: read amplification is real, not assumed.
 A table's rows become visible only when the manifest names their generation; generations
 the manifest does not name (a write that was killed, or one just superseded) are garbage
 and are deleted before the next write.
+
+Generation 0 is never a table's: its keys hold the store's *version* and *change log*.
+``update_rows`` rewrites the blocks holding the changed rows in place, in one write
+transaction that also appends a log entry ``(version, table, generation, ids)`` and bumps
+the version, so a delta is atomic: a reader's transaction (LMDB MVCC) sees all of it or
+none. The log is how every process holding copies of rows (caches, SCM row files) learns
+exactly which rows changed; entries of a table's superseded generations are dropped when a
+new generation is published.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import os
 import struct
 import threading
 import zlib
+from contextlib import contextmanager
 from typing import Iterable
 
 import lmdb
@@ -78,6 +87,20 @@ def block_key(generation: int, table_id: int, block: int) -> bytes:
     return _KEY.pack(generation, table_id, block)
 
 
+# Generation 0 holds metadata: (0, 0, 0) the version record, (0, 1, v) the log entry of version v.
+_VERSION_KEY = block_key(0, 0, 0)
+_VERSION = struct.Struct("<Q")
+_LOG_HEAD = struct.Struct("<IIQ")  # table id, generation, number of ids
+
+
+def _log_key(version: int) -> bytes:
+    return block_key(0, 1, version)
+
+
+def _sealed(key: bytes, payload: bytes) -> bytes:
+    return _CRC.pack(zlib.crc32(payload, zlib.crc32(key))) + payload
+
+
 def block_pages(layout: TableLayout) -> int:
     """LMDB overflow pages one block of ``layout`` occupies (1 unless one row is wider)."""
     value = layout.rows_per_block * layout.spec.row_bytes + CHECKSUM_BYTES
@@ -94,11 +117,73 @@ class RowDB:
             raise CorruptStoreError(f"store {directory} has no row database ({self.data_path} is missing)",
                                     path=self.data_path)
         self.env = _acquire_env(self.path, create=create, readonly=readonly)
+        self._local = threading.local()  # the calling thread's snapshot transaction, if any
         try:
             self._check_size()
         except BaseException:
             _release_env(self.path)
             raise
+
+    # -- snapshots -------------------------------------------------------------------
+
+    @contextmanager
+    def snapshot(self):
+        """Every read of the calling thread inside the block sees one version of the database
+        (one LMDB read transaction); nested calls share the outer one. Yields the transaction."""
+        txn = getattr(self._local, "txn", None)
+        if txn is not None:
+            yield txn
+            return
+        try:
+            txn = self.env.begin(buffers=True)
+        except lmdb.Error as exc:
+            raise CorruptStoreError(f"row database {self.data_path}: {exc}", path=self.data_path) from None
+        self._local.txn = txn
+        try:
+            yield txn
+        finally:
+            self._local.txn = None
+            txn.abort()
+
+    def version(self, txn=None) -> int:
+        """The database's version: 0 for a store never updated, +1 per ``update_rows``."""
+        with self.snapshot() if txn is None else _given(txn) as t:
+            value = t.get(_VERSION_KEY)
+        if value is None:
+            return 0
+        value = bytes(value)
+        if len(value) != _CRC.size + _VERSION.size or _CRC.unpack_from(value)[0] != zlib.crc32(
+                value[_CRC.size:], zlib.crc32(_VERSION_KEY)):
+            raise CorruptStoreError(f"row database {self.data_path}: the version record is damaged",
+                                    path=self.data_path)
+        return _VERSION.unpack_from(value, _CRC.size)[0]
+
+    def changes(self, after: int = 0, txn=None) -> list[tuple[int, int, int, np.ndarray]]:
+        """Log entries of versions ``> after``, ascending: ``(version, table id, generation,
+        ids)`` with ``ids`` sorted unique int64 (checksums verified)."""
+        out = []
+        with self.snapshot() if txn is None else _given(txn) as t:
+            cur = t.cursor()
+            if not cur.set_range(_log_key(after + 1)):
+                return out
+            for key, value in cur:
+                key = bytes(key)
+                gen, kind, version = _KEY.unpack(key)
+                if gen != 0 or kind != 1:
+                    break
+                value = bytes(value)
+                if len(value) < _CRC.size + _LOG_HEAD.size or _CRC.unpack_from(value)[0] != zlib.crc32(
+                        value[_CRC.size:], zlib.crc32(key)):
+                    raise CorruptStoreError(f"row database {self.data_path}: change log entry of version "
+                                            f"{version} is damaged", path=self.data_path)
+                table_id, generation, n = _LOG_HEAD.unpack_from(value, _CRC.size)
+                ids = np.frombuffer(value, dtype="<i8", offset=_CRC.size + _LOG_HEAD.size)
+                if len(ids) != n:
+                    raise CorruptStoreError(f"row database {self.data_path}: change log entry of version "
+                                            f"{version} holds {len(ids)} ids, its header says {n}",
+                                            path=self.data_path)
+                out.append((version, table_id, generation, ids.astype(np.int64)))
+        return out
 
     def _check_size(self) -> None:
         # A truncated data file would fault (SIGBUS) on the first read past its end; refuse it.
@@ -141,7 +226,7 @@ class RowDB:
         starts = np.flatnonzero(np.diff(blocks, prepend=-1))
         ends = np.append(starts[1:], len(ids))
         try:
-            with self.env.begin(buffers=True) as txn:
+            with self.snapshot() as txn:
                 for s, e in zip(starts.tolist(), ends.tolist()):
                     block = int(blocks[s])
                     rows = np.frombuffer(self._payload(txn, layout, block), dtype=np.uint8)
@@ -158,7 +243,7 @@ class RowDB:
         flat = out.reshape(-1)
         span = layout.rows_per_block * layout.spec.row_bytes
         try:
-            with self.env.begin(buffers=True) as txn:
+            with self.snapshot() as txn:
                 for block in range(layout.num_blocks):
                     payload = self._payload(txn, layout, block)
                     flat[block * span: block * span + len(payload)] = np.frombuffer(payload, np.uint8)
@@ -172,7 +257,7 @@ class RowDB:
         views valid until the next item (checksums verified); memory stays one block."""
         width = layout.spec.row_bytes
         try:
-            with self.env.begin(buffers=True) as txn:
+            with self.snapshot() as txn:
                 for block in range(layout.num_blocks):
                     payload = self._payload(txn, layout, block)
                     yield np.frombuffer(payload, dtype=np.uint8).reshape(-1, width)
@@ -219,7 +304,7 @@ class RowDB:
         for start in range(0, len(rows), rpb):
             payload = rows[start:start + rpb].tobytes()
             key = block_key(generation, layout.table_id, block)
-            value = _CRC.pack(zlib.crc32(payload, zlib.crc32(key))) + payload
+            value = _sealed(key, payload)
             if not txn.put(key, value, append=True):
                 raise StoreError(f"row database {self.data_path}: block key out of order "
                                  f"(table {layout.name!r}, generation {generation}, block {block})")
@@ -231,14 +316,53 @@ class RowDB:
                 written = 0
         return block, written, txn
 
+    def update_rows(self, layout: TableLayout, ids: np.ndarray, rows: np.ndarray) -> int:
+        """Replace rows ``ids`` (sorted, unique int64) of ``layout``'s committed generation with
+        ``rows`` (``(n, row_bytes) uint8``), log them and bump the version, in one write
+        transaction, then sync. Returns the new version."""
+        rpb = layout.rows_per_block
+        width = layout.spec.row_bytes
+        blocks = ids // rpb
+        starts = np.flatnonzero(np.diff(blocks, prepend=-1))
+        ends = np.append(starts[1:], len(ids))
+        try:
+            with self.env.begin(write=True, buffers=True) as txn:
+                for s, e in zip(starts.tolist(), ends.tolist()):
+                    block = int(blocks[s])
+                    payload = np.frombuffer(self._payload(txn, layout, block), dtype=np.uint8)
+                    patched = payload.reshape(-1, width).copy()
+                    patched[ids[s:e] - block * rpb] = rows[s:e]
+                    key = block_key(layout.generation, layout.table_id, block)
+                    txn.put(key, _sealed(key, patched.tobytes()))
+                version = self.version(txn) + 1
+                entry = _LOG_HEAD.pack(layout.table_id, layout.generation, len(ids)) + \
+                    np.ascontiguousarray(ids, dtype="<i8").tobytes()
+                txn.put(_log_key(version), _sealed(_log_key(version), entry))
+                txn.put(_VERSION_KEY, _sealed(_VERSION_KEY, _VERSION.pack(version)))
+        except lmdb.Error as exc:
+            raise StoreError(f"row database {self.data_path}: cannot update table {layout.name!r}: {exc}") from None
+        self.sync()
+        return version
+
+    def drop_changes(self, table_id: int, keep_generation: int) -> int:
+        """Delete the log entries of ``table_id`` for generations other than
+        ``keep_generation`` (superseded by a publish). Returns how many were deleted."""
+        doomed = [version for version, t, g, _ in self.changes() if t == table_id and g != keep_generation]
+        if doomed:
+            with self.env.begin(write=True) as txn:
+                for version in doomed:
+                    txn.delete(_log_key(version))
+        return len(doomed)
+
     def delete_generations(self, keep: dict[int, int | None], from_generation: int = 0) -> int:
         """Delete every block whose (generation, table) is not ``keep[table] == generation``.
 
         Returns the number of blocks deleted. Walks one key per (generation, table) prefix and
-        deletes in bounded transactions, so the cost is the garbage, not the store.
+        deletes in bounded transactions, so the cost is the garbage, not the store. Generation
+        0 (the version and change log) is never touched.
         """
         deleted = 0
-        start = block_key(from_generation, 0, 0)
+        start = block_key(max(1, from_generation), 0, 0)
         while True:
             with self.env.begin(write=True) as txn:
                 cur = txn.cursor()
@@ -262,6 +386,11 @@ class RowDB:
         if self.env is not None:
             self.env = None
             _release_env(self.path)
+
+
+@contextmanager
+def _given(txn):
+    yield txn
 
 
 class LmdbTier(Tier):

@@ -139,6 +139,9 @@ class Metered(Tier):
     def invalidate(self, layout):
         self.inner.invalidate(layout)
 
+    def rows_changed(self, layout, ids):
+        self.inner.rows_changed(layout, ids)
+
     def close(self):
         self.inner.close()
 

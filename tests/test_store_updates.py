@@ -1,0 +1,243 @@
+"""Online row updates and published snapshots: every preset serves the new rows from the next
+batch, exactly the changed rows are refreshed, batches never mix versions (threads and other
+processes), a killed updater leaves the old rows or the new ones, bad updates write nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import sdm
+from sdm import errors
+from sdm.config import HIERARCHY_PRESETS, HierarchyConfig, TierConfig
+from sdm.placement import Placement
+
+SPECS = [sdm.TableSpec("f32", 3000, 16, "fp32"), sdm.TableSpec("i8", 2000, 24, "int8"),
+         sdm.TableSpec("f16", 1000, 8, "fp16")]
+TIGHT = HierarchyConfig("tight", (TierConfig("cache", capacity_rows=200),
+                                  TierConfig("mmap", "nand-p4500", queue_depth=4)))
+CONFIGS = {
+    **HIERARCHY_PRESETS,
+    "tight": TIGHT,
+    "tight-pooled": dataclasses.replace(TIGHT, pooled_cache_bytes=1 << 16),
+    "pinned": HierarchyConfig("pinned", (TierConfig("cache", capacity_rows=600),
+                                         TierConfig("mmap", "nand-p4500", queue_depth=4)), placement=Placement(
+        pinned_tables=("f16",), pinned_rows={"f32": np.arange(0, 100, dtype=np.int64)})),
+}
+
+
+def rows_of(spec, seed):
+    return np.random.default_rng([seed, spec.num_rows]).standard_normal((spec.num_rows, spec.dim)).astype(np.float32)
+
+
+def decoded(spec, rows):
+    return sdm.dequantize_rows(sdm.quantize_rows(rows, spec.fmt), spec.fmt, spec.dim)
+
+
+@pytest.fixture
+def store_path(tmp_path):
+    path = tmp_path / "s"
+    with sdm.Store.create(path, SPECS) as store:
+        for spec in SPECS:
+            store.write_table(spec.name, rows_of(spec, 0))
+    return path
+
+
+def every_row(store):
+    return {s.name: store.lookup(s.name, np.arange(s.num_rows)) for s in SPECS}
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_updates_are_served_from_the_next_batch_by_every_hierarchy(store_path, name):
+    model = {s.name: decoded(s, rows_of(s, 0)) for s in SPECS}
+    rng = np.random.default_rng(1)
+    with sdm.Store.open(store_path, config=CONFIGS[name]) as store, \
+            sdm.Store.open(store_path, config=CONFIGS[name]) as other:
+        for step in range(4):
+            for s in SPECS:  # warm every copy (caches, resident tables, row files, pooled vectors)
+                ids = rng.integers(0, s.num_rows, 300)
+                store.embedding_bags({s.name: (ids, np.arange(0, 301, 3))})
+                other.lookup(s.name, ids)
+            spec = SPECS[step % len(SPECS)]
+            ids = np.unique(np.concatenate([rng.integers(0, spec.num_rows, 50), np.arange(0, 100, 7)]))
+            new = rng.standard_normal((len(ids), spec.dim)).astype(np.float32)
+            version = store.update_rows(spec.name, ids, new)
+            assert version == step + 1 and store.stats()["version"] == version
+            model[spec.name][ids] = decoded(spec, new)
+            for s in (store, other):
+                got = every_row(s)
+                for t in SPECS:
+                    np.testing.assert_array_equal(got[t.name], model[t.name], err_msg=f"{name} {t.name}")
+                bags = s.embedding_bags({spec.name: (ids, np.array([0, len(ids)]))})[spec.name]
+                np.testing.assert_allclose(bags[0], model[spec.name][ids].sum(axis=0), rtol=1e-5, atol=1e-4)
+    # a fresh open (row files built before the updates) serves them too
+    with sdm.Store.open(store_path, config=CONFIGS[name]) as store:
+        got = every_row(store)
+        for t in SPECS:
+            np.testing.assert_array_equal(got[t.name], model[t.name])
+
+
+def test_only_the_changed_rows_leave_the_cache(store_path):
+    with sdm.Store.open(store_path, config=TIGHT) as store:
+        ids = np.arange(100, dtype=np.int64)
+        store.lookup("f32", ids)
+        before = store.stats()["tiers"][0]
+        store.update_rows("f32", [3, 50], np.ones((2, 16), np.float32))
+        store.lookup("f32", ids)
+        after = store.stats()["tiers"][0]
+        assert after["misses"] - before["misses"] == 2 and after["hits"] - before["hits"] == 98
+        scm = store.stats()["tiers"][1]
+        assert scm["updated_rows"] == 2 and scm["updated_rows_from_lmdb"] == 2
+
+
+def test_publish_after_updates_clears_the_log(store_path):
+    with sdm.Store.open(store_path, config="sdm-nand") as store:
+        store.update_rows("i8", [1, 2], np.ones((2, 24), np.float32))
+        fresh = rows_of(SPECS[1], 9)
+        store.write_table("i8", fresh)
+        np.testing.assert_array_equal(store.lookup("i8", np.arange(2000)), decoded(SPECS[1], fresh))
+        assert not [c for c in store._db.changes() if c[1] == 1]
+        assert store.stats()["tiers"][1]["updated_rows"] == 0
+
+
+def test_bad_updates_write_nothing(store_path):
+    with sdm.Store.open(store_path) as store:
+        version = store.stats()["version"]
+        cases = [
+            (("f32", [1, 1], np.ones((2, 16))), errors.InvalidArgumentError, "more than once"),
+            (("f32", [1, 2], np.ones((3, 16))), errors.InvalidArgumentError, "2 ids but 3 rows"),
+            (("f32", [1], np.ones((1, 8))), errors.InvalidArgumentError, r"\(k, 16\)"),
+            (("f32", [3000], np.ones((1, 16))), errors.IdOutOfRangeError, "3000"),
+            (("f32", [-1], np.ones((1, 16))), errors.IdOutOfRangeError, "-1"),
+            (("nope", [1], np.ones((1, 16))), errors.UnknownTableError, "nope"),
+            (("f32", [1], np.array([["x"] * 16])), errors.InvalidArgumentError, "numeric"),
+        ]
+        for args, error, message in cases:
+            with pytest.raises(error, match=message):
+                store.update_rows(*args)
+        assert store.stats()["version"] == version
+        np.testing.assert_array_equal(store.lookup("f32", np.arange(3000)), decoded(SPECS[0], rows_of(SPECS[0], 0)))
+    with sdm.Store.open(store_path, readonly=True) as store:
+        with pytest.raises(errors.ReadOnlyError):
+            store.update_rows("f32", [1], np.ones((1, 16)))
+
+
+def versioned(spec, version):
+    """Every row of ``spec`` equal to ``version`` (exact in every format)."""
+    return np.full((spec.num_rows, spec.dim), float(version), dtype=np.float32)
+
+
+@pytest.mark.parametrize("config", ["tight", "dram", "sdm-nand"])
+def test_threads_never_see_a_batch_of_two_versions(tmp_path, config):
+    spec = sdm.TableSpec("t", 2000, 8, "fp32")
+    with sdm.Store.create(tmp_path / "s", [spec], config=CONFIGS[config]) as store:
+        store.write_table("t", versioned(spec, 0))
+        stop = threading.Event()
+        bad = []
+
+        def reader(seed):
+            rng = np.random.default_rng(seed)
+            while not stop.is_set():
+                ids = rng.integers(0, spec.num_rows, 400)
+                out = store.embedding_bags({"t": (ids, np.arange(0, 401, 4))})["t"]
+                seen = np.unique(out / 4)
+                if len(seen) != 1:
+                    bad.append(seen)
+
+        threads = [threading.Thread(target=reader, args=(s,)) for s in range(2)]
+        for t in threads:
+            t.start()
+        for v in range(1, 15):
+            store.update_rows("t", np.arange(spec.num_rows), versioned(spec, v))
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not bad, bad[:3]
+
+
+READER = textwrap.dedent("""
+    import json, sys, time
+    import numpy as np
+    import sdm
+    path, config, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    rng = np.random.default_rng()
+    seen, bad, batches = set(), 0, 0
+    with sdm.Store.open(path, config=config, readonly=True) as store:
+        end = time.time() + seconds
+        while time.time() < end:
+            ids = rng.integers(0, 2000, 400)
+            out = store.embedding_bags({"t": (ids, np.arange(0, 401, 4))})["t"]
+            versions = np.unique(out / 4)
+            batches += 1
+            if len(versions) != 1:
+                bad += 1
+            seen.update(versions.tolist())
+    print(json.dumps({"bad": bad, "batches": batches, "seen": sorted(seen)}))
+""")
+
+
+def test_reader_processes_see_whole_versions_while_a_writer_updates_and_publishes(tmp_path):
+    spec = sdm.TableSpec("t", 2000, 8, "fp32")
+    path = tmp_path / "s"
+    with sdm.Store.create(path, [spec]) as store:
+        store.write_table("t", versioned(spec, 0))
+    readers = [subprocess.Popen([sys.executable, "-c", READER, str(path), cfg, "4"], stdout=subprocess.PIPE,
+                                text=True) for cfg in ("sdm-nand", "dram")]
+    time.sleep(1.5)  # let the readers open and warm up
+    with sdm.Store.open(path) as store:
+        for v in range(1, 30):
+            if v % 10 == 0:
+                store.write_table("t", versioned(spec, v))  # a whole new snapshot
+            else:
+                store.update_rows("t", np.arange(spec.num_rows), versioned(spec, v))
+            time.sleep(0.05)
+    results = [json.loads(r.communicate(timeout=60)[0]) for r in readers]
+    for r in results:
+        assert r["bad"] == 0 and r["batches"] > 10, r
+        assert len(r["seen"]) > 3, r  # the readers really saw versions come and go
+
+
+UPDATER = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import sdm
+    path = sys.argv[1]
+    spec = sdm.TableSpec("t", 20000, 32, "fp32")
+    with sdm.Store.open(path) as store:
+        v = 1
+        while True:
+            store.update_rows("t", np.arange(0, 20000, 2), np.full((10000, 32), float(v), np.float32))
+            print(v, flush=True)
+            v += 1
+""")
+
+
+@pytest.mark.parametrize("delay", [0.6, 0.9, 1.3])
+def test_sigkill_mid_update_leaves_old_or_new(tmp_path, delay):
+    spec = sdm.TableSpec("t", 20000, 32, "fp32")
+    path = tmp_path / "s"
+    with sdm.Store.create(path, [spec]) as store:
+        store.write_table("t", np.zeros((spec.num_rows, spec.dim), np.float32))
+    proc = subprocess.Popen([sys.executable, "-c", UPDATER, str(path)], stdout=subprocess.PIPE, text=True)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done = [int(x) for x in proc.stdout.read().split()]
+    with sdm.Store.open(path, config="sdm-nand") as store:
+        got = store.lookup("t", np.arange(spec.num_rows))
+        version = store.stats()["version"]
+        assert version in (done[-1] if done else 0, (done[-1] if done else 0) + 1)
+        assert (got[1::2] == 0).all()  # rows never updated
+        np.testing.assert_array_equal(got[0::2], np.full((10000, 32), float(version), np.float32))
+        store.update_rows("t", [1], np.ones((1, 32), np.float32))  # and the store still takes updates
+        assert store.stats()["version"] == version + 1
