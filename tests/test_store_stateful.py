@@ -1,5 +1,5 @@
 """A hypothesis state machine drives a store against a dict model through random batches,
-prefetched batches, table writes and reopens, under every hierarchy preset and every live
+prefetched batches, table writes (whole snapshots), row updates and reopens, under every hierarchy preset and every live
 cache policy, for every row format: results are bitwise those of ``sdm.embedding_bag`` on
 the model's rows, so identical across hierarchies. Plus concurrent readers."""
 
@@ -111,6 +111,18 @@ class StoreMachine(RuleBasedStateMachine):
             self.check(self.store.embedding_bags(other), other_expected)
         self.check(self.store.embedding_bags(requests), expected)
         self.store.release(ticket)
+
+    @precondition(lambda self: self.rows)
+    @rule(data=st.data(), seed=st.integers(0, 2**16))
+    def update(self, data, seed):
+        name = data.draw(st.sampled_from(sorted(self.rows)))
+        spec = BY_NAME[name]
+        ids = np.array(sorted(set(data.draw(st.lists(st.integers(0, spec.num_rows - 1), min_size=1, max_size=30)))))
+        rows = np.random.default_rng(seed).standard_normal((len(ids), spec.dim)).astype(np.float32)
+        before = self.store.stats()["version"]
+        assert self.store.update_rows(name, ids, rows) == before + 1
+        self.rows[name][ids] = decoded(spec, rows)
+        self.kernel_rows[name][ids] = kernel_table(spec, rows)
 
     @precondition(lambda self: self.rows)
     @rule(data=st.data())
