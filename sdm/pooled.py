@@ -75,6 +75,9 @@ def _check_capacity(capacity_bytes) -> int:
     return int(capacity_bytes)
 
 
+_NO_IDS = np.empty(0, dtype=np.int64)
+
+
 class PooledCache:
     """A byte-bounded cache of pooled bag vectors, shared by every table of a store.
 
@@ -189,18 +192,20 @@ class PooledCache:
 
     # -- maintenance -----------------------------------------------------------------------
 
-    def invalidate(self, table_id: int) -> int:
-        """Drop every entry of ``table_id`` (call it after the table's rows change).
+    def invalidate(self, table_id: int, ids=None) -> int:
+        """Drop the entries of ``table_id`` whose bags hold a row of ``ids`` (rows updated),
+        or every entry of the table when ``ids`` is None (a new snapshot of it).
 
         Returns the number of entries dropped.
         """
         if (isinstance(table_id, (bool, np.bool_)) or not isinstance(table_id, (int, np.integer))
                 or not 0 <= table_id <= MAX_TABLE_ID):
             raise InvalidArgumentError(f"table_id must be an integer in [0, {MAX_TABLE_ID}], got {table_id!r}")
+        changed = _NO_IDS if ids is None else np.unique(np.asarray(ids, dtype=np.int64))
         with self._lock:
             self._epoch += 1
             return int(K.pc_invalidate(self._ring, self._index, self._meta, self._counters,
-                                       int(table_id)))
+                                       int(table_id), changed, ids is None))
 
     def clear(self) -> None:
         """Drop every entry (statistics are kept)."""

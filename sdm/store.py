@@ -286,8 +286,8 @@ class Store:
                 layout = tables.get(table_id)
                 if layout is not None and layout.generation == generation:
                     self._hierarchy.rows_changed(layout, ids)
-                    if self._pooled is not None:
-                        self._pooled.invalidate(table_id)
+                    if self._pooled is not None:  # only the bags holding a changed row
+                        self._pooled.invalidate(table_id, ids)
             self._seen_version = version
 
     @contextmanager

@@ -184,3 +184,19 @@ def test_pooled_cache_serves_repeated_bags_before_the_tiers(tmp_path):
         # a rewritten table drops its pooled vectors
         store.write_table("a", np.zeros_like(rows))
         assert not store.embedding_bags({"a": (ids, offsets)})["a"].any()
+
+
+def test_an_update_drops_only_the_pooled_bags_holding_a_changed_row(tmp_path):
+    spec = SPECS[0]
+    rows = np.random.default_rng(2).standard_normal((spec.num_rows, spec.dim)).astype(np.float32)
+    with sdm.Store.create(tmp_path / "s", [spec], config=dataclasses.replace(config(200), pooled_cache_bytes=1 << 20)) as store:
+        store.write_table("a", rows)
+        bags = {"a": (np.array([1, 2, 3, 4, 5, 6]), np.array([0, 2, 4, 6]))}  # [1 2] [3 4] [5 6]
+        store.embedding_bags(bags)
+        store.update_rows("a", [4], np.zeros((1, spec.dim), np.float32))
+        before = store.stats()["pooled_cache"]
+        got = store.embedding_bags(bags)["a"]
+        after = store.stats()["pooled_cache"]
+        assert after["cache_hits"] - before["cache_hits"] == 2 and after["misses"] - before["misses"] == 1
+        rows[4] = 0
+        np.testing.assert_array_equal(got[1], rows[3] + rows[4])

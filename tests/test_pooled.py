@@ -279,6 +279,22 @@ def test_invalidate_drops_exactly_one_table():
     assert cache.invalidate(1) == ROWS and cache.invalidate(7) == 0
 
 
+def test_invalidating_rows_drops_exactly_the_bags_holding_them():
+    cache = PooledCache(1 << 16)
+    bags = [[i, (i + 1) % ROWS] for i in range(ROWS)]
+    ref = RefPooledCache(1 << 16)
+    for t in range(len(DIMS)):
+        serve(cache, ref, t, bags, False)
+    before = cache.entries()
+    changed = [2, 5]
+    doomed = {tuple(b) for b in bags if set(b) & set(changed)}
+    assert cache.invalidate(1, changed) == len(doomed)
+    kept = [e[:4] for e in before if not (e[0] == 1 and tuple(e[3]) in doomed)]
+    assert [e[:4] for e in cache.entries()] == kept
+    cache.check_invariants()
+    assert cache.invalidate(1, []) == 0 and cache.invalidate(0, [10**9]) == 0
+
+
 def test_oversized_bag_is_served_but_not_cached():
     cap = entry_bytes(3, 8)
     cache = PooledCache(cap)

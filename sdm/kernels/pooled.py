@@ -503,8 +503,25 @@ def pc_scatter(rep, miss_bags, sub_out, out):
 
 
 @jit
-def pc_invalidate(ring, index, meta, counters, table_id):
-    """Drop every entry of ``table_id``, compacting the survivors toward the tail (order kept).
+def _holds_any(ring, pos, changed):
+    """Whether the entry at ``pos`` holds an id of ``changed`` (sorted int64)."""
+    W = ring.shape[0]
+    n = ring[_wrap(pos + 2, W)]
+    p = _wrap(pos + HDR, W)
+    for _ in range(n):
+        i = np.searchsorted(changed, ring[p])
+        if i < changed.shape[0] and changed[i] == ring[p]:
+            return True
+        p += 1
+        if p == W:
+            p = 0
+    return False
+
+
+@jit
+def pc_invalidate(ring, index, meta, counters, table_id, changed, every):
+    """Drop the entries of ``table_id``: all of them when ``every``, else those holding an
+    id of ``changed`` (sorted int64); survivors are compacted toward the tail (order kept).
 
     Returns the number of entries dropped.
     """
@@ -516,7 +533,7 @@ def pc_invalidate(ring, index, meta, counters, table_id):
     for _ in range(n_entries):
         words = _entry_words(ring, rd)
         h = ring[rd]
-        if (ring[_wrap(rd + 1, W)] >> 2) == table_id:
+        if (ring[_wrap(rd + 1, W)] >> 2) == table_id and (every or _holds_any(ring, rd, changed)):
             _index_delete(index, h, rd)
             dropped += 1
             meta[M_USED_WORDS] -= words
