@@ -241,3 +241,46 @@ def test_sigkill_mid_update_leaves_old_or_new(tmp_path, delay):
         np.testing.assert_array_equal(got[0::2], np.full((10000, 32), float(version), np.float32))
         store.update_rows("t", [1], np.ones((1, 32), np.float32))  # and the store still takes updates
         assert store.stats()["version"] == version + 1
+
+
+MIXED_WRITER = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import sdm
+    path = sys.argv[1]
+    with sdm.Store.open(path) as store:
+        v = 1
+        while True:
+            if v % 5 == 0:  # publish a whole new snapshot
+                store.write_table("t", np.full((20000, 32), float(v), np.float32))
+            else:  # a delta of the even rows
+                store.update_rows("t", np.arange(0, 20000, 2), np.full((10000, 32), float(v), np.float32))
+            print(v, flush=True)
+            v += 1
+""")
+
+
+def mixed_expected(v):
+    """Rows after step ``v`` of MIXED_WRITER: odd rows hold the last publish, even rows ``v``."""
+    rows = np.full((20000, 32), float(v - v % 5), np.float32)
+    rows[0::2] = float(v)
+    return rows
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trial", range(50))
+def test_sigkill_at_random_moments_of_updates_and_publishes(tmp_path, trial):
+    delay = np.random.default_rng([20261201, trial]).uniform(0.4, 2.5)
+    spec = sdm.TableSpec("t", 20000, 32, "fp32")
+    path = tmp_path / "s"
+    with sdm.Store.create(path, [spec]) as store:
+        store.write_table("t", np.zeros((spec.num_rows, spec.dim), np.float32))
+    proc = subprocess.Popen([sys.executable, "-c", MIXED_WRITER, str(path)], stdout=subprocess.PIPE, text=True)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done = [int(x) for x in proc.stdout.read().split()]
+    last = done[-1] if done else 0
+    with sdm.Store.open(path, config="sdm-nand") as store:
+        got = store.lookup("t", np.arange(spec.num_rows))
+        assert any(np.array_equal(got, mixed_expected(v)) for v in (last, last + 1)), (delay, last)
