@@ -100,6 +100,21 @@ def test_only_the_changed_rows_leave_the_cache(store_path):
         assert scm["updated_rows"] == 2 and scm["updated_rows_from_lmdb"] == 2
 
 
+def test_many_updated_rows_rebuild_the_row_file(store_path):
+    spec = SPECS[0]
+    model = decoded(spec, rows_of(spec, 0))
+    with sdm.Store.open(store_path, config="sdm-nand") as store:
+        store.lookup("f32", np.arange(spec.num_rows))
+        for k in range(4):  # 4 x 60 rows: past 5% of 3000 at the third
+            ids = np.arange(k * 60, (k + 1) * 60)
+            new = np.full((60, spec.dim), float(k), np.float32)
+            store.update_rows("f32", ids, new)
+            model[ids] = new
+            np.testing.assert_array_equal(store.lookup("f32", np.arange(spec.num_rows)), model)
+        scm = store.stats()["tiers"][1]
+        assert scm["rebuilds_for_updates"] == 1 and scm["updated_rows"] == 60
+
+
 def test_publish_after_updates_clears_the_log(store_path):
     with sdm.Store.open(store_path, config="sdm-nand") as store:
         store.update_rows("i8", [1, 2], np.ones((2, 24), np.float32))

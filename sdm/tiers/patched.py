@@ -6,10 +6,19 @@ updated in its committed generation (from the database's change log), and this w
 reads those from LMDB — the truth — and every other row from the derived file. A derived
 file is therefore never read for a row it may hold stale, whenever it was built. Publishing
 a new generation (``write_table``) empties the set.
+
+Once a table's updated rows pass :data:`REBUILD_FRACTION` of it, reading them one LMDB block
+at a time costs more than the derived file saves: the file is dropped, rebuilt from LMDB
+by the next read (inside that batch's snapshot, so it holds every update seen so far), and
+the set starts empty again. The old file is unlinked first (its header still names the
+committed generation, so it would pass as current); other processes keep their mapping of
+it and their own set, and a process opening later takes every logged update of the
+generation as updated, whichever file it finds.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -18,28 +27,47 @@ from sdm.manifest import TableLayout
 from sdm.tiers.base import Tier
 from sdm.tiers.lmdb import RowDB
 
-__all__ = ["PatchedTier"]
+__all__ = ["PatchedTier", "REBUILD_FRACTION"]
+
+REBUILD_FRACTION = 0.05
 
 
 class PatchedTier(Tier):
-    """``inner`` (a derived copy of every row) with the rows of :meth:`rows_changed` read from ``db``."""
+    """``inner`` (a derived copy of every row) with the rows of :meth:`rows_changed` read from
+    ``db``; ``rowfile(layout)`` names the file ``inner`` derives for a table (unlinked to force
+    a rebuild)."""
 
     holds_all_rows = True
 
-    def __init__(self, inner: Tier, db: RowDB):
+    def __init__(self, inner: Tier, db: RowDB, rowfile=None):
         self.inner = inner
+        self._rowfile = rowfile  # layout -> path of the derived file to drop on a rebuild
         self.name = inner.name
         self.supports_direct_io = inner.supports_direct_io
         self._db = db
         self._dirty: dict[int, np.ndarray] = {}  # table id -> sorted unique updated ids
         self._lock = threading.Lock()
         self._patched_reads = 0
+        self._rebuilds = 0
 
     def rows_changed(self, layout: TableLayout, ids: np.ndarray) -> None:
         """Rows ``ids`` (sorted, unique) of ``layout``'s table changed in the database."""
         with self._lock:
             old = self._dirty.get(layout.table_id)
-            self._dirty[layout.table_id] = ids.copy() if old is None else np.union1d(old, ids)
+            dirty = ids.copy() if old is None else np.union1d(old, ids)
+            rebuild = len(dirty) > REBUILD_FRACTION * layout.spec.num_rows
+            if rebuild:
+                self._dirty.pop(layout.table_id, None)
+                self._rebuilds += 1
+            else:
+                self._dirty[layout.table_id] = dirty
+        if rebuild:
+            if self._rowfile is not None:
+                try:
+                    os.unlink(self._rowfile(layout))
+                except FileNotFoundError:
+                    pass
+            self.inner.invalidate(layout)
 
     def dirty_rows(self, layout: TableLayout) -> int:
         d = self._dirty.get(layout.table_id)
@@ -90,7 +118,8 @@ class PatchedTier(Tier):
 
     def stats(self):
         return {**self.inner.stats(), "updated_rows_from_lmdb": self._patched_reads,
-                "updated_rows": int(sum(len(v) for v in self._dirty.values()))}
+                "updated_rows": int(sum(len(v) for v in self._dirty.values())),
+                "rebuilds_for_updates": self._rebuilds}
 
     def close(self):
         self.inner.close()
