@@ -152,6 +152,11 @@ class HierarchyConfig:
     placement: object = None
 
     def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigError(f"hierarchy name must be a non-empty string, got {self.name!r}")
+        if isinstance(self.tiers, (str, bytes)) or not isinstance(self.tiers, (tuple, list)):
+            raise ConfigError(f"hierarchy {self.name!r}: tiers must be a sequence of TierConfig, "
+                              f"got {type(self.tiers).__name__}")
         object.__setattr__(self, "tiers", tuple(self.tiers))
         if not self.tiers:
             raise ConfigError(f"hierarchy {self.name!r} needs at least one tier, got none")
@@ -159,13 +164,19 @@ class HierarchyConfig:
             if not isinstance(tier, TierConfig):
                 raise ConfigError(f"hierarchy {self.name!r}: tiers[{i}] must be a TierConfig, "
                                   f"got {type(tier).__name__}")
-        if self.io_mode not in IO_MODES:
+        if not isinstance(self.io_mode, str) or self.io_mode not in IO_MODES:
             raise ConfigError(f"io_mode {self.io_mode!r} is not one of {IO_MODES}")
         b = self.pooled_cache_bytes
         if isinstance(b, bool) or not isinstance(b, int) or b < 0:
             raise ConfigError(f"hierarchy {self.name!r}: pooled_cache_bytes must be an integer >= 0, got {b!r}")
         if isinstance(self.placement, os.PathLike):
             object.__setattr__(self, "placement", os.fspath(self.placement))
+        if self.placement is not None and not isinstance(self.placement, str):
+            from sdm.placement import Placement
+
+            if not isinstance(self.placement, Placement):
+                raise ConfigError(f"hierarchy {self.name!r}: placement must be a file path or a "
+                                  f"sdm.placement.Placement, got {self.placement!r}")
         full = [i for i, t in enumerate(self.tiers) if t.holds_all_rows]
         if not full:
             raise ConfigError(f"hierarchy {self.name!r}: the last tier must hold all rows "
@@ -243,6 +254,8 @@ def _build(cls, data: dict, where: str):
 
 def load_toml(path) -> HierarchyConfig:
     """Read a hierarchy from a TOML file (layout in this module's docstring)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"config file must be a path, got {type(path).__name__}")
     path = os.fspath(path)
     try:
         with open(path, "rb") as f:
@@ -251,6 +264,10 @@ def load_toml(path) -> HierarchyConfig:
         raise ConfigError(f"config file {path!r} does not exist") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path!r} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path!r} is not UTF-8 text: {exc}") from None
+    except (OSError, ValueError) as exc:  # a directory, no permission, a NUL in the path
+        raise ConfigError(f"config file {path!r} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
     data.setdefault("name", os.path.splitext(os.path.basename(path))[0])
     tiers = data.get("tiers", [])
     if not isinstance(tiers, list) or not all(isinstance(t, dict) for t in tiers):

@@ -22,6 +22,7 @@ __all__ = ["ROW_FORMATS", "row_bytes", "quantize_rows", "dequantize_rows", "chec
 ROW_FORMATS = ("fp32", "fp16", "int8")
 
 _INT8_EPS = np.float32(1e-8)  # FBGEMM's kEpsilon in the inverse scale
+_FP16_MAX = float(np.finfo(np.float16).max)  # 65504: larger values would encode as inf
 INT8_TAIL_BYTES = 8  # fp32 scale + fp32 bias after the codes
 
 
@@ -58,22 +59,35 @@ def quantize_rows(x, fmt: str) -> np.ndarray:
         raise InvalidArgumentError(f"rows must be 2-D (n, dim), got shape {x.shape}")
     if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
         raise InvalidArgumentError(f"rows must be numeric, got dtype {x.dtype}")
-    x = np.ascontiguousarray(x, dtype=np.float32)
+    with np.errstate(over="ignore"):  # values past float32 become inf, refused just below
+        x = np.ascontiguousarray(x, dtype=np.float32)
     n, dim = x.shape
     if dim == 0:
         raise InvalidArgumentError("rows must have dim >= 1, got dim 0")
     if not np.isfinite(x).all():
-        raise InvalidArgumentError("rows must be finite; found NaN or inf")
+        raise InvalidArgumentError("rows must be finite float32 values; found NaN, inf or a value "
+                                   f"beyond +-{float(np.finfo(np.float32).max):.4g}")
     if fmt == "fp32":
         return x.view(np.uint8).reshape(n, 4 * dim)
     if fmt == "fp16":
-        return np.ascontiguousarray(x.astype(np.float16)).view(np.uint8).reshape(n, 2 * dim)
+        with np.errstate(over="ignore"):
+            half = np.ascontiguousarray(x.astype(np.float16))
+        big = ~np.isfinite(half)
+        if big.any():
+            raise InvalidArgumentError(f"rows hold {float(x[big][0])!r}, outside the fp16 range "
+                                       f"[-{_FP16_MAX:g}, {_FP16_MAX:g}]")
+        return half.view(np.uint8).reshape(n, 2 * dim)
     out = np.empty((n, dim + INT8_TAIL_BYTES), dtype=np.uint8)
     if n == 0:
         return out
     lo = x.min(axis=1)
     hi = x.max(axis=1)
-    span = hi - lo
+    with np.errstate(over="ignore"):
+        span = hi - lo
+    if not np.isfinite(span).all():
+        r = int(np.argmin(np.isfinite(span)))
+        raise InvalidArgumentError(f"row {r} spans [{float(lo[r])!r}, {float(hi[r])!r}]; an int8 row's "
+                                   f"max - min must stay within float32 ({float(np.finfo(np.float32).max):.4g})")
     inv_scale = np.float32(255.0) / (span + _INT8_EPS)
     codes = np.rint((x - lo[:, None]) * inv_scale[:, None])
     out[:, :dim] = np.clip(codes, 0, 255).astype(np.uint8)
@@ -95,7 +109,7 @@ def dequantize_rows(raw, fmt: str, dim: int) -> np.ndarray:
         ``(n, dim) float32``.
     """
     check_format(fmt)
-    if not isinstance(dim, (int, np.integer)) or dim < 1:
+    if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (int, np.integer)) or dim < 1:
         raise InvalidArgumentError(f"dim must be a positive integer, got {dim!r}")
     raw = np.asarray(raw)
     width = row_bytes(fmt, int(dim))

@@ -27,7 +27,7 @@ LMDB_PAGE_BYTES = 4096
 LMDB_VALUE_BYTES = LMDB_PAGE_BYTES - 16
 CHECKSUM_BYTES = 4
 MAX_TABLES = 2**16
-_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
+_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")  # fullmatch: `$` would admit a trailing newline
 
 
 @dataclass(frozen=True)
@@ -40,9 +40,12 @@ class TableSpec:
     fmt: str = "fp32"
 
     def __post_init__(self):
-        if not isinstance(self.name, str) or not _NAME.match(self.name):
+        # names never become paths (files are named by table id), but "." and ".." are refused
+        # anyway so no later use can turn one into a directory reference
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name) or not self.name.strip("."):
             raise InvalidArgumentError(
-                f"table name {self.name!r} must be 1-128 characters of letters, digits, '_', '.', '-'"
+                f"table name {self.name!r} must be 1-128 characters of letters, digits, '_', '.', '-' "
+                f"(not only dots)"
             )
         for field_name, limit in (("num_rows", 2**48), ("dim", 2**16)):
             value = getattr(self, field_name)

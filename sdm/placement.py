@@ -40,6 +40,7 @@ _VERSION = 1
 # Rows of lookups buffered per table before they are merged into the running counts: bounds
 # the profile's memory to the touched rows plus this buffer.
 _MERGE_IDS = 1 << 22
+_MAX_BYTES = 2**63 - 1  # byte counts are int64 in the profile arithmetic
 
 
 # -- the placement ------------------------------------------------------------------------
@@ -78,11 +79,17 @@ class Placement:
         if not isinstance(self.info, dict):
             raise ConfigError(f"placement info must be a dict, got {type(self.info).__name__}")
         for attr in ("pinned_rows", "row_order"):
+            if not isinstance(getattr(self, attr), Mapping):
+                raise ConfigError(f"placement {attr} must be a mapping of table name to ids, got "
+                                  f"{type(getattr(self, attr)).__name__}")
             arrays = {}
             for name, arr in dict(getattr(self, attr)).items():
                 if not isinstance(name, str):
                     raise ConfigError(f"placement {attr} key {name!r} is not a table name")
-                a = np.asarray(arr)
+                try:
+                    a = np.asarray(arr)
+                except (ValueError, TypeError) as exc:
+                    raise ConfigError(f"placement {attr}[{name!r}] is not an array: {exc}") from None
                 if a.ndim != 1 or not (np.issubdtype(a.dtype, np.integer) and a.dtype != np.bool_):
                     raise ConfigError(f"placement {attr}[{name!r}] must be a 1-D integer array, got "
                                       f"shape {a.shape} dtype {a.dtype}")
@@ -200,6 +207,8 @@ class Placement:
             ConfigError: no file at ``path``, or a file that is damaged, truncated or not a
                 placement (the message names the path and what is wrong).
         """
+        if not isinstance(path, (str, os.PathLike)):
+            raise ConfigError(f"placement file must be a path, got {type(path).__name__}")
         path = os.fspath(path)
         if not os.path.isfile(path):
             raise ConfigError(f"no placement file at {path}")
@@ -642,15 +651,17 @@ def plan(trace, tables: Mapping[str, TableSpec], *, dram_bytes: int, pin_fractio
     Raises:
         ConfigError: bad arguments, or a trace whose tables do not match the store's.
     """
-    if isinstance(dram_bytes, bool) or not isinstance(dram_bytes, (int, np.integer)) or dram_bytes < 0:
-        raise ConfigError(f"dram_bytes must be an integer >= 0, got {dram_bytes!r}")
+    if (isinstance(dram_bytes, bool) or not isinstance(dram_bytes, (int, np.integer))
+            or not 0 <= dram_bytes <= _MAX_BYTES):
+        raise ConfigError(f"dram_bytes must be an integer in [0, 2**63 - 1], got {dram_bytes!r}")
     if (isinstance(pin_fraction, bool) or not isinstance(pin_fraction, (int, float, np.floating))
             or not 0.0 <= float(pin_fraction) <= 1.0):
         raise ConfigError(f"pin_fraction must be a number in [0, 1], got {pin_fraction!r}")
     if layout is not None and layout not in LAYOUTS:
         raise ConfigError(f"layout {layout!r} is not one of {list(LAYOUTS)} or None")
-    if isinstance(block_bytes, bool) or not isinstance(block_bytes, (int, np.integer)) or block_bytes < 1:
-        raise ConfigError(f"block_bytes must be an integer >= 1, got {block_bytes!r}")
+    if (isinstance(block_bytes, bool) or not isinstance(block_bytes, (int, np.integer))
+            or not 1 <= block_bytes <= _MAX_BYTES):
+        raise ConfigError(f"block_bytes must be an integer in [1, 2**63 - 1], got {block_bytes!r}")
     if (isinstance(holdout, bool) or not isinstance(holdout, (int, float, np.floating))
             or not 0.0 <= float(holdout) < 1.0):
         raise ConfigError(f"holdout must be a number in [0, 1), got {holdout!r}")

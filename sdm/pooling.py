@@ -22,7 +22,7 @@ def check_ids(ids, num_rows: int, *, what: str = "index") -> np.ndarray:
     Returns the ids as a contiguous int32 or int64 array (other integer dtypes are widened
     to int64; floats and bools are rejected rather than silently truncated).
     """
-    ids = np.asarray(ids)
+    ids = _as_array(ids, what, InvalidArgumentError)
     if ids.ndim != 1:
         raise InvalidArgumentError(f"{what} must be 1-D, got shape {ids.shape}")
     if ids.dtype == np.bool_ or not np.issubdtype(ids.dtype, np.integer):
@@ -51,7 +51,7 @@ def check_ids(ids, num_rows: int, *, what: str = "index") -> np.ndarray:
 def check_offsets(offsets, nnz: int) -> np.ndarray:
     """Validate CSR offsets for ``nnz`` indices: 1-D integer, ``B + 1 >= 1`` entries,
     ``offsets[0] == 0``, non-decreasing, ``offsets[-1] == nnz``. Returns contiguous int64."""
-    offsets = np.asarray(offsets)
+    offsets = _as_array(offsets, "offsets", InvalidOffsetsError)
     if offsets.ndim != 1:
         raise InvalidOffsetsError(f"offsets must be 1-D, got shape {offsets.shape}")
     if offsets.size == 0:
@@ -82,7 +82,7 @@ def check_weights(per_sample_weights, nnz: int) -> np.ndarray | None:
     """Validate per-sample weights: ``None`` or a 1-D float array of ``nnz`` entries."""
     if per_sample_weights is None:
         return None
-    w = np.asarray(per_sample_weights)
+    w = _as_array(per_sample_weights, "per_sample_weights", InvalidArgumentError)
     if w.ndim != 1 or w.shape[0] != nnz:
         raise InvalidArgumentError(
             f"per_sample_weights must have shape ({nnz},) like indices, got {w.shape}"
@@ -90,6 +90,14 @@ def check_weights(per_sample_weights, nnz: int) -> np.ndarray | None:
     if not np.issubdtype(w.dtype, np.floating):
         raise InvalidArgumentError(f"per_sample_weights must be floating, got {w.dtype}")
     return np.ascontiguousarray(w, dtype=np.float32)
+
+
+def _as_array(values, what: str, error) -> np.ndarray:
+    """``np.asarray(values)``, with ragged nested lists refused as ``error`` naming ``what``."""
+    try:
+        return np.asarray(values)
+    except (ValueError, TypeError) as exc:
+        raise error(f"{what} must be a 1-D array, got a ragged {type(values).__name__}: {exc}") from None
 
 
 def check_mode(mode) -> bool:
@@ -100,7 +108,9 @@ def check_mode(mode) -> bool:
 
 
 def _check_table(table, fmt: str, dim):
-    table = np.asarray(table)
+    if dim is not None and (isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (int, np.integer))):
+        raise InvalidArgumentError(f"dim must be an integer or None, got {dim!r}")
+    table = _as_array(table, "table", InvalidArgumentError)
     if table.ndim != 2:
         raise InvalidArgumentError(f"table must be 2-D, got shape {table.shape}")
     if fmt == "int8":

@@ -65,6 +65,8 @@ class Lookahead:
             raise InvalidArgumentError(f"lookahead depth must be an integer in [0, {MAX_DEPTH}], got {depth!r}")
         if isinstance(compute_ns, bool) or not isinstance(compute_ns, int) or compute_ns < 0:
             raise InvalidArgumentError(f"compute_ns must be an integer >= 0, got {compute_ns!r}")
+        if not all(hasattr(store, m) for m in ("prefetch", "release", "embedding_bags", "modeled_ns")):
+            raise InvalidArgumentError(f"store must be an open sdm.Store, got {type(store).__name__}")
         self.store = store
         self.depth = depth
         self.compute_ns = compute_ns
@@ -78,6 +80,9 @@ class Lookahead:
         """Yield a :class:`LookaheadStep` per batch of ``batches`` (each a request mapping as
         :meth:`sdm.Store.embedding_bags` takes), in order."""
         store = self.store
+        if not isinstance(batches, Iterable):
+            raise InvalidArgumentError(f"batches must be an iterable of request mappings, got "
+                                       f"{type(batches).__name__}")
         upcoming = iter(batches)
         window: deque = deque()  # (batch, ticket, modeled time its prefetch completes)
         now = 0  # the modeled timeline: when the next batch may start

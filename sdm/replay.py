@@ -308,7 +308,7 @@ def replay(trace, config="dram", *, store=None, model: str | None = None, dim: i
             raise SlaError(f"SLA {sla_us:g} us is below {floor_ns / 1e3:g} us, the read latency of the "
                            f"fastest device of hierarchy {config.name!r}; no request rate meets it")
     request_size = check_request_size(request_size)
-    for name, value in (("warmup_batches", warmup_batches), ("max_batches", max_batches)):
+    for name, value in (("warmup_batches", warmup_batches), ("max_batches", max_batches), ("seed", seed)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise InvalidArgumentError(f"{name} must be an integer >= 0, got {value!r}")
     if model is not None:

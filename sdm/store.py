@@ -83,8 +83,12 @@ class Store:
             StoreExistsError: ``path`` already exists (nothing is touched).
             InvalidArgumentError: no tables, a non-TableSpec, or duplicate names.
         """
-        path = os.path.abspath(os.fspath(path))
+        path = _store_path(path)
         config = resolve_config(config)
+        if isinstance(tables, (str, bytes)) or not isinstance(tables, Iterable):
+            raise InvalidArgumentError(f"tables must be an iterable of sdm.TableSpec, got {tables!r}"
+                                       if tables is None else
+                                       f"tables must be an iterable of sdm.TableSpec, got {type(tables).__name__}")
         specs = list(tables)
         if not specs:
             raise InvalidArgumentError("a store needs at least one table, got none")
@@ -125,7 +129,7 @@ class Store:
             StoreNotFoundError: no store at ``path``.
             CorruptStoreError: a damaged manifest or row database (names the file).
         """
-        path = os.path.abspath(os.fspath(path))
+        path = _store_path(path)
         config = resolve_config(config)
         if not os.path.isfile(os.path.join(path, MANIFEST_NAME)):
             raise StoreNotFoundError(f"no sdm store at {path} ({MANIFEST_NAME} not found)")
@@ -242,7 +246,7 @@ class Store:
             raise ReadOnlyError(f"store {self.path} is open read-only; cannot update table {name!r}")
         spec = layout.spec
         ids = check_ids(ids, spec.num_rows, what=f"id of table {name!r}")
-        rows = np.asarray(rows)
+        rows = _as_rows(rows, f"rows of table {name!r}")
         _check_chunk(spec, rows, "rows")
         if rows.shape[0] != len(ids):
             raise InvalidArgumentError(f"update of table {name!r}: {len(ids)} ids but {rows.shape[0]} rows")
@@ -470,6 +474,24 @@ class PrefetchTicket:
         return sum(len(ids) for _, ids in self.rows)
 
 
+def _store_path(path) -> str:
+    """The absolute text path of a store the caller named; InvalidArgumentError otherwise."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidArgumentError(f"store path must be a str or os.PathLike, got {path!r}")
+    path = os.fspath(path)
+    if not isinstance(path, str) or "\0" in path:
+        raise InvalidArgumentError(f"store path {path!r} must be text without NUL bytes")
+    return os.path.abspath(path)
+
+
+def _as_rows(values, what: str) -> np.ndarray:
+    """``np.asarray(values)``, with ragged nesting refused naming ``what``."""
+    try:
+        return np.asarray(values)
+    except (ValueError, TypeError) as exc:
+        raise InvalidArgumentError(f"{what} is not a 2-D array (ragged nesting?): {exc}") from None
+
+
 def _row_chunks(spec: TableSpec, rows):
     """Validate ``rows`` for ``spec`` and return an iterator of encoded ``(k, row_bytes)`` chunks.
 
@@ -477,7 +499,7 @@ def _row_chunks(spec: TableSpec, rows):
     the total is checked at the end (a mismatch raises before anything is committed).
     """
     if isinstance(rows, (list, tuple)):
-        rows = np.asarray(rows)
+        rows = _as_rows(rows, f"rows of table {spec.name!r}")
     if isinstance(rows, np.ndarray):
         _check_chunk(spec, rows, "rows")
         if rows.shape[0] != spec.num_rows:
@@ -495,7 +517,7 @@ def _row_chunks(spec: TableSpec, rows):
 def _encode_chunks(spec: TableSpec, chunks):
     seen = 0
     for i, chunk in enumerate(chunks):
-        chunk = np.asarray(chunk)
+        chunk = _as_rows(chunk, f"chunk {i} of table {spec.name!r}")
         _check_chunk(spec, chunk, f"chunk {i}")
         seen += len(chunk)
         if seen > spec.num_rows:

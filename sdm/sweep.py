@@ -66,7 +66,7 @@ def parse_size(text) -> int:
         unit = s[len(num):]
         try:
             value = int(float(num) * _UNITS[unit])
-        except (ValueError, KeyError):
+        except (ValueError, KeyError, OverflowError):
             raise InvalidArgumentError(f"size {text!r} is not a byte count like 1048576, 64M or 1GiB") from None
     if value < 1:
         raise InvalidArgumentError(f"size {text!r} must be at least 1 byte")
@@ -299,9 +299,11 @@ def sweep(trace, *, policies=("lru",), cache_sizes=(64 << 20,), devices=("nand-p
     for s in sizes:
         if s < rb:
             raise InvalidArgumentError(f"cache size {s} bytes holds no row of {rb} bytes ({fmt}, dim {dim})")
-    workers = int(workers or os.cpu_count() or 1)
-    if workers < 1:
-        raise InvalidArgumentError(f"workers must be >= 1, got {workers}")
+    if workers is None:
+        workers = os.cpu_count() or 1
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
+        raise InvalidArgumentError(f"workers must be an integer >= 1, got {workers!r}")
+    workers = int(workers)
     owned = not isinstance(trace, Trace)
     tr = load(trace) if owned else trace
     try:

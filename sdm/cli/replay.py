@@ -159,8 +159,9 @@ def _sweep(args) -> int:
                    devices=_split(args.devices), dim=args.dim, fmt=args.fmt,
                    sla_us=DEFAULT_SLA_US if args.sla_us is None else args.sla_us,
                    request_size=args.request_size,
-                   queue_depth=args.queue_depth or DEFAULT_QUEUE_DEPTH,
-                   cache_queue_depth=args.cache_queue_depth or DEFAULT_CACHE_QUEUE_DEPTH,
+                   queue_depth=DEFAULT_QUEUE_DEPTH if args.queue_depth is None else args.queue_depth,
+                   cache_queue_depth=(DEFAULT_CACHE_QUEUE_DEPTH if args.cache_queue_depth is None
+                                      else args.cache_queue_depth),
                    workers=args.workers, progress=_progress())
     notes = []
     if args.plot:

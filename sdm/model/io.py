@@ -58,6 +58,9 @@ def load_npz(path, *, overlap: bool = True) -> DLRM:
         n_tables = _count(keys, "emb_")
         n_bot = _count(keys, "bot_w_")
         n_top = _count(keys, "top_w_")
+        if "ln_emb" in config and not isinstance(config["ln_emb"], list):
+            raise InvalidArgumentError(f"{path}: config_json ln_emb must be a list of table sizes, "
+                                       f"got {config['ln_emb']!r}")
         if "ln_emb" in config and len(config["ln_emb"]) != n_tables:
             raise InvalidArgumentError(f"{path}: config_json lists {len(config['ln_emb'])} tables "
                                        f"but the file holds {n_tables} emb_k arrays")

@@ -46,7 +46,11 @@ def check_keys(keys, *, what: str = "keys") -> np.ndarray:
     Returns a contiguous int64 array (a view when already one). Negative keys are refused
     because -1 marks an empty entry inside the id -> slot map.
     """
-    keys = np.asarray(keys)
+    try:
+        keys = np.asarray(keys)
+    except (ValueError, TypeError) as exc:
+        raise InvalidArgumentError(f"{what} must be a 1-D array, got a ragged {type(keys).__name__}: "
+                                   f"{exc}") from None
     if keys.ndim != 1:
         raise InvalidArgumentError(f"{what} must be 1-D, got shape {keys.shape}")
     if keys.dtype == np.bool_ or not np.issubdtype(keys.dtype, np.integer):
@@ -163,10 +167,14 @@ class Cache:
         self._code = check_policy(policy)
         self._policy = POLICIES[self._code]
         for name, v in (("small_ratio", small_ratio), ("ghost_ratio", ghost_ratio)):
-            if not (0.0 < float(v) < 1.0):
-                raise InvalidArgumentError(f"{name} must be in (0, 1), got {v!r}")
-        if not isinstance(move_to_main, (int, np.integer)) or move_to_main < 1:
+            if (isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating))
+                    or not (0.0 < float(v) < 1.0)):
+                raise InvalidArgumentError(f"{name} must be a number in (0, 1), got {v!r}")
+        if (isinstance(move_to_main, (bool, np.bool_)) or not isinstance(move_to_main, (int, np.integer))
+                or move_to_main < 1):
             raise InvalidArgumentError(f"move_to_main must be an integer >= 1, got {move_to_main!r}")
+        if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+            raise InvalidArgumentError(f"seed must be an integer, got {seed!r}")
         self._admission = Admission.coerce(admission)
         self._state = K.make_cache_state(self._capacity, self._code, seed=int(seed),
                                          small_ratio=float(small_ratio),

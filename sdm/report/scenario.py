@@ -350,6 +350,8 @@ def load_scenario(path) -> Scenario:
         out of range, unknown, or naming an unknown device / model preset; the message names
         the field.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"scenario file must be a path, got {type(path).__name__}")
     path = os.fspath(path)
     try:
         with open(path, "rb") as f:

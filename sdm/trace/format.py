@@ -39,7 +39,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from sdm.errors import InvalidArgumentError, SdmError
+from sdm.errors import IdOutOfRangeError, InvalidArgumentError, SdmError
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -193,23 +193,43 @@ def _check_batch(batch: Batch, table_sizes: np.ndarray, where: str) -> None:
             want = f"({bsz}, D)" if name == "dense" else f"({bsz},)"
             raise TraceFormatError(f"{where}.{name} must have shape {want}, got {arr.shape}",
                                    field=f"{where}.{name}")
+        kinds = "iu" if name == "request_ids" else "iuf"
+        if arr.dtype.kind not in kinds:
+            raise TraceFormatError(f"{where}.{name} must be {'integer' if kinds == 'iu' else 'numeric'}, "
+                                   f"got dtype {arr.dtype}", field=f"{where}.{name}")
 
 
-def _as_batch(obj) -> Batch:
+def _as_batch(obj, where: str = "batch") -> Batch:
     if isinstance(obj, Batch):
-        return obj
-    if isinstance(obj, dict):
-        return Batch(list(obj["indices"]), list(obj["offsets"]),
-                     **{k: obj.get(k) for k in _OPTIONAL})
-    if isinstance(obj, (tuple, list)) and len(obj) == 2:
-        return Batch(list(obj[0]), list(obj[1]))
-    raise InvalidArgumentError(
-        f"a batch must be a sdm.trace.Batch, a dict with 'indices' and 'offsets', or an "
-        f"(indices, offsets) pair of per-table lists; got {type(obj).__name__}")
+        parts = (obj.indices, obj.offsets, {k: getattr(obj, k) for k in _OPTIONAL})
+    elif isinstance(obj, dict) and "indices" in obj and "offsets" in obj:
+        parts = (obj["indices"], obj["offsets"], {k: obj.get(k) for k in _OPTIONAL})
+    elif isinstance(obj, (tuple, list)) and len(obj) == 2:
+        parts = (obj[0], obj[1], {})
+    else:
+        raise InvalidArgumentError(
+            f"{where}: a batch must be a sdm.trace.Batch, a dict with 'indices' and 'offsets', or "
+            f"an (indices, offsets) pair of per-table lists; got {type(obj).__name__}")
+    indices, offsets, optional = parts
+    for name, seq in (("indices", indices), ("offsets", offsets)):
+        if isinstance(seq, (str, bytes)) or not isinstance(seq, Iterable):
+            raise TraceFormatError(f"{where}.{name} must be a list with one array per table, got "
+                                   f"{type(seq).__name__}", field=f"{where}.{name}")
+    # arrays, not nested lists: the checks and the writer read .shape and .dtype
+    return Batch([_array(a, f"{where}.indices[{t}]") for t, a in enumerate(indices)],
+                 [_array(a, f"{where}.offsets[{t}]") for t, a in enumerate(offsets)],
+                 **{k: None if v is None else _array(v, f"{where}.{k}") for k, v in optional.items()})
+
+
+def _array(values, field: str) -> np.ndarray:
+    try:
+        return np.asarray(values)
+    except (ValueError, TypeError) as exc:
+        raise TraceFormatError(f"{field} is not an array (ragged nesting?): {exc}", field=field) from None
 
 
 def _check_table_sizes(table_sizes) -> np.ndarray:
-    ts = np.asarray(table_sizes)
+    ts = _array(table_sizes, "table_sizes")
     if ts.ndim != 1 or ts.shape[0] < 1 or not np.issubdtype(ts.dtype, np.integer):
         raise TraceFormatError(f"table_sizes must be a non-empty 1-D integer array, got shape "
                                f"{ts.shape} dtype {ts.dtype}", field="table_sizes")
@@ -231,7 +251,13 @@ class TraceWriter:
 
     def __init__(self, path, table_sizes=None, metadata: dict | None = None, *,
                  compress: bool = False, index_dtype=None):
-        self.path = os.fspath(path)
+        self.path = _path(path, "trace path")
+        if os.path.isdir(self.path):
+            raise InvalidArgumentError(f"cannot write a trace to {self.path!r}: it is a directory")
+        folder = os.path.dirname(os.path.abspath(self.path))
+        if not os.path.isdir(folder):
+            raise InvalidArgumentError(f"cannot write a trace to {self.path!r}: directory {folder!r} "
+                                       f"does not exist")
         self._ts = None if table_sizes is None else _check_table_sizes(table_sizes)
         self.metadata = dict(metadata or {})
         try:
@@ -260,8 +286,8 @@ class TraceWriter:
 
     def add(self, batch) -> None:
         """Append one batch (a :class:`Batch`, a dict, or an ``(indices, offsets)`` pair)."""
-        batch = _as_batch(batch)
         where = f"batch {len(self._sizes)}"
+        batch = _as_batch(batch, where)
         if self._ts is not None:
             _check_batch(batch, self._ts, where)
         else:
@@ -362,6 +388,8 @@ def save(path, batches: Iterable, table_sizes, *, compress: bool = False, **meta
     Raises:
         TraceFormatError: a batch that does not fit the schema (the message names the field).
     """
+    if not isinstance(batches, Iterable):
+        raise InvalidArgumentError(f"batches must be an iterable of batches, got {type(batches).__name__}")
     with TraceWriter(path, table_sizes, metadata, compress=compress) as w:
         for b in batches:
             w.add(b)
@@ -378,10 +406,13 @@ class Trace:
     """
 
     def __init__(self, path, *, validate: bool = True):
-        self.path = os.fspath(path)
+        self.path = _path(path, "trace path")
         self.validate = validate
         if not os.path.exists(self.path):
             raise TraceNotFoundError(f"no trace at {self.path!r}")
+        if os.path.isdir(self.path):
+            raise TraceFormatError(f"{self.path!r} is a directory, not a trace file", field="file",
+                                   path=self.path)
         try:
             self._npz = np.load(self.path, allow_pickle=False)
         except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
@@ -447,12 +478,12 @@ class Trace:
 
     def __getitem__(self, i: int) -> Batch:
         n = len(self)
-        if not isinstance(i, (int, np.integer)):
+        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
             raise InvalidArgumentError(f"batch index must be an integer, got {type(i).__name__}")
         if i < 0:
             i += n
         if not 0 <= i < n:
-            raise IndexError(f"batch {i} out of range for a trace of {n} batches")
+            raise IdOutOfRangeError(f"batch {i} out of range for a trace of {n} batches")
         pre = f"b{int(i):08d}_"
         indices = self._member(pre + "indices")
         offsets = self._member(pre + "offsets")
@@ -521,6 +552,26 @@ class Trace:
     def __repr__(self) -> str:
         return (f"Trace({self.path!r}, batches={len(self)}, tables={self.num_tables}, "
                 f"generator={self.metadata.get('generator', self.metadata.get('source'))!r})")
+
+
+def _path(path, what: str) -> str:
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidArgumentError(f"{what} must be a str or os.PathLike, got {type(path).__name__}")
+    path = os.fspath(path)
+    if isinstance(path, bytes) or "\0" in path:
+        raise InvalidArgumentError(f"{what} {path!r} must be a text path without NUL bytes")
+    return path
+
+
+def input_file(path, what: str = "file") -> str:
+    """The path of an existing regular file the user named, else TraceNotFoundError (missing)
+    or TraceFormatError (a directory, or not a path at all)."""
+    path = _path(path, what)
+    if not os.path.exists(path):
+        raise TraceNotFoundError(f"no {what} at {path!r}")
+    if not os.path.isfile(path):
+        raise TraceFormatError(f"{what} {path!r} is a directory, not a file", field="file", path=path)
+    return path
 
 
 def load(path, *, validate: bool = True) -> Trace:

@@ -26,13 +26,14 @@ traces).
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict, dataclass, replace
 from typing import Iterator
 
 import numpy as np
 
 from sdm._jit import jit
-from sdm.errors import ConfigError, InvalidArgumentError
+from sdm.errors import ConfigError, IdOutOfRangeError, InvalidArgumentError
 from sdm.trace.format import Batch, TraceWriter
 from sdm.trace.stackdist import StackDistanceDistribution, generate_stack_distance_keys, read_dist_file
 
@@ -157,12 +158,41 @@ PROFILES: dict[str, Profile] = {p.name: p for p in [
 ]}
 
 
+def _int(value, what: str) -> int:
+    """An integer option (an int, an integral float, or its decimal text); ConfigError otherwise."""
+    out = None
+    if isinstance(value, (int, np.integer, str)) and not isinstance(value, (bool, np.bool_)):
+        try:
+            out = int(value)
+        except ValueError:
+            pass
+    elif isinstance(value, (float, np.floating)) and float(value).is_integer():
+        out = int(value)
+    if out is None:
+        raise ConfigError(f"{what} must be an integer, got {value!r}")
+    return out
+
+
+def _num(value, what: str) -> float:
+    """A finite number option (or its decimal text); ConfigError otherwise."""
+    try:
+        out = None if isinstance(value, (bool, np.bool_)) else float(value)
+    except (TypeError, ValueError):
+        out = None
+    if out is None or not math.isfinite(out):
+        raise ConfigError(f"{what} must be a finite number, got {value!r}")
+    return out
+
+
 def _per_table(value, n: int, what: str, cast=float) -> tuple:
+    conv = _int if cast is int else _num
     if isinstance(value, str):
         value = [v for v in value.split(",") if v.strip()]
+        if not value:
+            raise ConfigError(f"{what} must be one value or a comma list, got none")
     if np.ndim(value) == 0:
-        return (cast(value),) * n
-    vals = tuple(cast(v) for v in value)
+        return (conv(value, what),) * n
+    vals = tuple(conv(v, what) for v in value)
     if len(vals) == 1:
         return vals * n
     if len(vals) != n:
@@ -192,7 +222,7 @@ def get_profile(name: str = "zipf", *, tables: int | None = None, table_size=Non
     sizes, pool = p.table_sizes, p.pooling
     alphas = p.alpha
     if tables is not None or table_size is not None:
-        n = int(tables) if tables is not None else len(sizes)
+        n = _int(tables, "tables") if tables is not None else len(sizes)
         if n < 1:
             raise ConfigError(f"tables must be >= 1, got {n}")
         base = table_size if table_size is not None else (sizes[0] if sizes else 1_000_000)
@@ -206,35 +236,43 @@ def get_profile(name: str = "zipf", *, tables: int | None = None, table_size=Non
     if alpha is not None:
         alphas = _per_table(alpha, len(sizes) or 1, "alpha")
     if max_rows is not None:
-        if int(max_rows) < 1:
+        max_rows = _int(max_rows, "max_rows")
+        if max_rows < 1:
             raise ConfigError(f"max_rows must be >= 1, got {max_rows}")
-        sizes = tuple(min(int(s), int(max_rows)) for s in sizes)
-    kw = {} if max_rows is None else {"max_rows": int(max_rows)}
+        sizes = tuple(min(int(s), max_rows) for s in sizes)
+    kw = {} if max_rows is None else {"max_rows": max_rows}
     if batch_size is not None:
-        if int(batch_size) < 1:
+        batch_size = _int(batch_size, "batch_size")
+        if batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         kw["batch_size"] = int(batch_size)
     bs = kw.get("batch_size", p.batch_size)
     if requests is not None:
-        if int(requests) < 1:
+        requests = _int(requests, "requests")
+        if requests < 1:
             raise ConfigError(f"requests must be >= 1, got {requests}")
         kw["batches"] = -(-int(requests) // bs)
         kw["requests"] = int(requests)
     if batches is not None:
-        if int(batches) < 1:
+        batches = _int(batches, "batches")
+        if batches < 1:
             raise ConfigError(f"batches must be >= 1, got {batches}")
         kw["batches"] = int(batches)
         kw["requests"] = None
     if drift is not None:
-        kw["drift_rows_per_batch"] = float(drift)
+        kw["drift_rows_per_batch"] = _num(drift, "drift")
     if items_per_request is not None:
-        if int(items_per_request) < 1:
+        items_per_request = _int(items_per_request, "items_per_request")
+        if items_per_request < 1:
             raise ConfigError(f"items_per_request must be >= 1, got {items_per_request}")
         kw["items_per_request"] = int(items_per_request)
     if dense is not None:
-        kw["dense"] = int(dense)
+        dense = _int(dense, "dense")
+        if dense < 0:
+            raise ConfigError(f"dense must be >= 0 features per sample, got {dense}")
+        kw["dense"] = dense
     if dist_file is not None:
-        kw["dist_file"] = str(dist_file)
+        kw["dist_file"] = os.fspath(dist_file) if isinstance(dist_file, os.PathLike) else str(dist_file)
     prof = replace(p, table_sizes=tuple(int(s) for s in sizes), pooling=tuple(float(x) for x in pool),
                    alpha=tuple(float(a) for a in alphas), **kw)
     if prof.kind != "stack-distance":
@@ -480,6 +518,8 @@ class GeneratedTrace:
     """
 
     def __init__(self, profile: Profile, seed: int = 0):
+        if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ConfigError(f"seed must be an integer >= 0, got {seed!r}")
         self.profile = profile
         self.seed = int(seed)
         self._dist: StackDistanceDistribution | None = None
@@ -531,7 +571,7 @@ class GeneratedTrace:
     def batch(self, i: int) -> Batch:
         """Batch ``i`` (0-based) of the trace."""
         if not 0 <= i < len(self):
-            raise IndexError(f"batch {i} out of range for a trace of {len(self)} batches")
+            raise IdOutOfRangeError(f"batch {i} out of range for a trace of {len(self)} batches")
         p = self.profile
         rng = np.random.default_rng([self.seed, int(i)])
         if p.kind == "meta-2021":

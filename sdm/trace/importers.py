@@ -21,7 +21,7 @@ import numpy as np
 
 from sdm._jit import jit
 from sdm.errors import ConfigError, InvalidArgumentError
-from sdm.trace.format import Batch, TraceFormatError, TraceNotFoundError, TraceWriter
+from sdm.trace.format import Batch, TraceFormatError, TraceWriter, input_file
 
 __all__ = ["IMPORTERS", "import_fbgemm", "read_fbgemm", "import_dlrm_trace", "import_dlrm_dist",
            "import_criteo", "parse_criteo_line", "parse_criteo_block", "CRITEO_DENSE",
@@ -33,10 +33,7 @@ _CRITEO_COLUMNS = 1 + CRITEO_DENSE + CRITEO_SPARSE
 
 
 def _exists(path) -> str:
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise TraceNotFoundError(f"no file at {path!r}")
-    return path
+    return input_file(path)
 
 
 def _bar(total, desc, progress, unit="B"):
@@ -85,8 +82,9 @@ def read_fbgemm(path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             # weights_only: tensors and tuples only, never arbitrary unpickled objects
             obj = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:  # torch raises many kinds on damaged files
+            first = (str(exc).strip().splitlines() or [""])[0]  # torch's messages run to many lines
             raise TraceFormatError(f"{path}: not a readable torch file ({type(exc).__name__}: "
-                                   f"{exc})", field="file", path=path) from None
+                                   f"{first})", field="file", path=path) from None
         if not isinstance(obj, (tuple, list)) or len(obj) != 3:
             raise TraceFormatError(f"{path}: expected a (indices, offsets, lengths) tuple, got "
                                    f"{type(obj).__name__}", field="file", path=path)

@@ -64,7 +64,10 @@ def plot_stats(s: TraceStats, outdir) -> list[str]:
     """Write PNG plots of ``s`` into ``outdir`` (created); returns the paths written."""
     plt = _pyplot()
     outdir = os.fspath(outdir)
-    os.makedirs(outdir, exist_ok=True)
+    try:
+        os.makedirs(outdir, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot write plots into {outdir!r}: {exc.strerror}") from None
     paths = []
 
     def save(fig, name):

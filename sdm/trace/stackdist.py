@@ -18,7 +18,7 @@ import numpy as np
 
 from sdm._jit import jit
 from sdm.errors import InvalidArgumentError
-from sdm.trace.format import TraceFormatError, TraceNotFoundError
+from sdm.trace.format import TraceFormatError, input_file
 
 __all__ = [
     "StackDistanceDistribution",
@@ -155,11 +155,13 @@ def read_dist_file(path) -> StackDistanceDistribution:
         TraceFormatError: wrong line count, non-numeric items, mismatched line lengths,
             unsorted distances or a cumulative column that is not a CDF (names the line).
     """
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise TraceNotFoundError(f"no distribution file at {path!r}")
-    with open(path, encoding="utf-8") as fh:
-        lines = [ln for ln in fh.read().splitlines() if ln.strip()]
+    path = input_file(path, "distribution file")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = [ln for ln in fh.read().splitlines() if ln.strip()]
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(f"{path}: a distribution file is UTF-8 text; {exc}", field="file",
+                               path=path) from None
     if len(lines) != 3:
         raise TraceFormatError(f"{path}: a distribution file has 3 lines (unique accesses, stack "
                                f"distances, cumulative probabilities), got {len(lines)}",
@@ -188,10 +190,13 @@ def write_dist_file(path, dist: StackDistanceDistribution, *, decimals: int | No
     files use 2), None keeps full precision."""
     path = os.fspath(path)
     cum = dist.cumulative if decimals is None else np.round(dist.cumulative, decimals)
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(", ".join(str(int(x)) for x in dist.unique_accesses) + "\n")
-        fh.write(", ".join(str(int(x)) for x in dist.distances) + "\n")
-        fh.write(", ".join(repr(float(x)) for x in cum) + "\n")
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(", ".join(str(int(x)) for x in dist.unique_accesses) + "\n")
+            fh.write(", ".join(str(int(x)) for x in dist.distances) + "\n")
+            fh.write(", ".join(repr(float(x)) for x in cum) + "\n")
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot write distribution file {path!r}: {exc.strerror}") from None
     return path
 
 

@@ -327,10 +327,11 @@ def trace_stats(trace, *, stack_lookups: int = 1_000_000, progress: bool = False
 def read_locality_stats(path) -> list[dict]:
     """Parse a dlrm_datasets ``locality_stats.txt``: one dict per file block with ``file``,
     ``lookups``, ``distinct``, ``avg_reuse``, ``rows`` and ``lookups_share`` (17 shares each)."""
-    from sdm.trace.format import TraceFormatError
+    from sdm.trace.format import TraceFormatError, input_file
 
     blocks, cur, mode = [], None, None
-    with open(os.fspath(path), encoding="utf-8") as fh:
+    path = input_file(path, "locality_stats file")
+    with open(path, encoding="utf-8", errors="replace") as fh:  # undecodable bytes fail to parse below
         for lineno, line in enumerate(fh, 1):
             s = line.strip()
             if not s:
