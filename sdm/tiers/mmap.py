@@ -5,10 +5,11 @@ The row file is derived from the LMDB durable copy and rebuildable at any time::
     scm/t<table_id>.rows
         [0, 4096)        header: magic, version, table id, generation, num_rows, row_bytes,
                          data bytes, CRC32 of the data, SHA-256 of the row order (zeros for
-                         identity order), CRC32 of the header
+                         identity order), CRC32 of the whole header page (zero padded)
         [4096, ...)      the row at position p at 4096 + p * row_bytes (rows packed, so with
                          a 512 B device a row may straddle two blocks and cost two reads),
-                         padded to a whole 4 KiB page so O_DIRECT can read the last one
+                         padded to a whole 4 KiB page so O_DIRECT can read the last one; the
+                         data CRC covers the padding too, so every byte of the file is checked
 
 Positions are row ids unless the tier is given a row order for the table (a placement's
 ``row_order``: ``order[p]`` is the row at position p, so rows looked up together can share
@@ -19,6 +20,20 @@ row order and its data matches its CRC32 (checked once per open); otherwise — 
 stale after a ``write_table``, built for another order, damaged — it is rebuilt from LMDB:
 streamed a chunk at a time into a temporary file, fsynced, renamed over the old one,
 directory fsynced. Readers holding the old file keep their mapping (rename keeps the inode).
+
+Stale is not damage: a file whose header is intact (its CRC holds) but names another
+generation, row order or format version is simply rebuilt. Damage — a header that fails its
+CRC, an intact header for this generation whose geometry or file size is wrong, data that
+fails its CRC, an O_DIRECT read that comes back short — is rebuilt too, and recorded in
+:meth:`MmapTier.stats` (``damage_events`` and the last ``DAMAGE_LOG`` records under
+``damage``), so rows are still served, from the LMDB copy, while the damage shows.
+
+What is not detected: the data CRC is checked when a file is opened, not on every read, so
+a file changed in place after it was opened and mapped (sdm never does that: rebuilds write
+a new inode) serves what it now holds; and a mapped file truncated in place by another
+process between a read's size check and its access faults (SIGBUS). Truncation seen by
+that check (one fstat per batch) or by an O_DIRECT read coming back short is damage
+(recorded, rebuilt, read again).
 """
 
 from __future__ import annotations
@@ -30,30 +45,40 @@ import struct
 import threading
 import uuid
 import zlib
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Mapping
 
 import numpy as np
 
 from sdm.devices import block_ranges
-from sdm.errors import ConfigError, StoreError
+from sdm.errors import ConfigError, CorruptStoreError, StoreError
 from sdm.manifest import TableLayout, fsync_dir
 from sdm.tiers.base import Tier
 from sdm.tiers.lmdb import RowDB
 
-__all__ = ["MmapTier", "ROWFILE_DIRNAME", "HEADER_BYTES", "rowfile_path", "order_digest"]
+__all__ = ["MmapTier", "ROWFILE_DIRNAME", "HEADER_BYTES", "DAMAGE_LOG", "rowfile_path", "order_digest"]
 
 ROWFILE_DIRNAME = "scm"
 HEADER_BYTES = 4096
 PAGE_BYTES = 4096
 _MAGIC = b"SDMROWS\x00"
-_VERSION = 2  # 2: the row order's digest; files are derived data, older ones are rebuilt
+# 2: the row order's digest. 3: the CRCs cover the whole header page and the data's padding.
+# Files are derived data: older versions are stale and rebuilt.
+_VERSION = 3
 # magic, version, table id, generation, rows, row bytes, data bytes, data crc, order digest
 _HEAD = struct.Struct("<8sIIQQQQI32s")
 _IDENTITY = bytes(32)
 # Rows gathered per chunk when building a file in a row order (bounds the builder's memory).
 _BUILD_CHUNK_BYTES = 32 << 20
 _HEAD_CRC = struct.Struct("<I")
+_CRC_AT = _HEAD.size  # the header CRC's offset; it covers every other byte of the page
+# Older versions' header sizes (their CRC follows and covers only those bytes): an intact
+# older header is stale, not damage.
+_OLD_HEADS = {1: 44, 2: _HEAD.size}
+_STALE = "stale"
+# Damage records kept for stats(); damage_events counts all of them.
+DAMAGE_LOG = 100
 
 
 def rowfile_path(directory: str, layout: TableLayout) -> str:
@@ -64,10 +89,16 @@ def _padded(nbytes: int) -> int:
     return -(-nbytes // PAGE_BYTES) * PAGE_BYTES
 
 
+def _header_crc(page: bytes) -> int:
+    return zlib.crc32(page[_CRC_AT + _HEAD_CRC.size:HEADER_BYTES], zlib.crc32(page[:_CRC_AT]))
+
+
 def _header(layout: TableLayout, data_bytes: int, crc: int, digest: bytes) -> bytes:
+    """The whole header page."""
     head = _HEAD.pack(_MAGIC, _VERSION, layout.table_id, layout.generation, layout.spec.num_rows,
                       layout.spec.row_bytes, data_bytes, crc, digest)
-    return head + _HEAD_CRC.pack(zlib.crc32(head))
+    page = head + bytes(HEADER_BYTES - len(head))
+    return head + _HEAD_CRC.pack(_header_crc(page)) + page[_CRC_AT + _HEAD_CRC.size:]
 
 
 def order_digest(order: np.ndarray | None) -> bytes:
@@ -86,6 +117,7 @@ class _RowFile:
         self.layout = layout
         self.fd = fd
         self.mmap = mm
+        self.size = len(mm)
         n, width = layout.spec.num_rows, layout.spec.row_bytes
         self.rows = np.frombuffer(mm, dtype=np.uint8, count=n * width, offset=HEADER_BYTES).reshape(n, width)
         self.direct_fd: int | None = None
@@ -102,34 +134,60 @@ class _RowFile:
             os.close(self.direct_fd)
 
 
-def _open_verified(path: str, layout: TableLayout, digest: bytes = _IDENTITY) -> _RowFile | None:
-    """The row file at ``path`` if it is current and intact for ``layout`` and the row order
-    of SHA-256 ``digest``, else None."""
+def _open_verified(path: str, layout: TableLayout,
+                   digest: bytes = _IDENTITY) -> tuple[_RowFile | None, str | None]:
+    """``(row file, None)`` if the file at ``path`` is current and intact for ``layout`` and
+    the row order of SHA-256 ``digest``; else ``(None, why)``: why is None for a missing
+    file, ``_STALE`` for an intact file of another generation, order or format version, and
+    otherwise names the damage."""
     data_bytes = layout.spec.num_rows * layout.spec.row_bytes
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
-        return None
+        return None, None
+    except OSError as exc:
+        return None, f"cannot be opened: {exc}"
+    rf = None
     try:
-        if os.fstat(fd).st_size != HEADER_BYTES + _padded(data_bytes):
+        rf, why = _verify(fd, path, layout, digest, data_bytes)
+        return rf, why
+    except OSError as exc:
+        return None, f"cannot be read: {exc}"
+    finally:
+        if rf is None:
             os.close(fd)
-            return None
-        mm = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
-    except OSError:
-        os.close(fd)
-        return None
-    head = mm[:_HEAD.size + _HEAD_CRC.size]
-    fields = _HEAD.unpack_from(head)
-    want = (_MAGIC, _VERSION, layout.table_id, layout.generation, layout.spec.num_rows,
-            layout.spec.row_bytes, data_bytes)
-    ok = (_HEAD_CRC.unpack_from(head, _HEAD.size)[0] == zlib.crc32(head[:_HEAD.size])
-          and fields[:7] == want and fields[8] == digest
-          and zlib.crc32(memoryview(mm)[HEADER_BYTES:HEADER_BYTES + data_bytes]) == fields[7])
-    if not ok:
+
+
+def _verify(fd: int, path: str, layout: TableLayout, digest: bytes,
+            data_bytes: int) -> tuple[_RowFile | None, str | None]:
+    size = os.fstat(fd).st_size
+    page = os.pread(fd, HEADER_BYTES, 0)
+    if len(page) < HEADER_BYTES:
+        return None, f"truncated: {size} bytes, shorter than its {HEADER_BYTES}-byte header"
+    version = struct.unpack_from("<I", page, 8)[0]
+    if page[:8] == _MAGIC and version in _OLD_HEADS:
+        n = _OLD_HEADS[version]
+        if _HEAD_CRC.unpack_from(page, n)[0] == zlib.crc32(page[:n]):
+            return None, _STALE
+    if _HEAD_CRC.unpack_from(page, _CRC_AT)[0] != _header_crc(page):
+        return None, "header fails its CRC32"
+    fields = _HEAD.unpack_from(page)
+    if fields[0] != _MAGIC or fields[1] != _VERSION:
+        return None, f"header has magic {fields[0]!r} version {fields[1]} under an intact CRC"
+    if fields[3] != layout.generation or fields[8] != digest:
+        return None, _STALE
+    want = (layout.table_id, layout.spec.num_rows, layout.spec.row_bytes, data_bytes)
+    got = (fields[2],) + fields[4:7]
+    if got != want:
+        return None, f"header geometry (table id, rows, row bytes, data bytes) {got} is not the table's {want}"
+    expect = HEADER_BYTES + _padded(data_bytes)
+    if size != expect:
+        return None, f"{'truncated' if size < expect else 'extended'}: {size} bytes, expected {expect}"
+    mm = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+    if zlib.crc32(memoryview(mm)[HEADER_BYTES:]) != fields[7]:
         mm.close()
-        os.close(fd)
-        return None
-    return _RowFile(path, layout, fd, mm)
+        return None, "data fails its CRC32"
+    return _RowFile(path, layout, fd, mm), None
 
 
 def _ordered_rows(db: RowDB, layout: TableLayout, order: np.ndarray):
@@ -167,26 +225,34 @@ def build_rowfile(db: RowDB, directory: str, layout: TableLayout,
             for rows in chunks:
                 crc = zlib.crc32(rows, crc)
                 f.write(rows)
-            f.write(bytes(_padded(data_bytes) - data_bytes))
+            padding = bytes(_padded(data_bytes) - data_bytes)
+            crc = zlib.crc32(padding, crc)
+            f.write(padding)
             f.seek(0)
             f.write(_header(layout, data_bytes, crc, order_digest(order) if digest is None else digest))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
         fsync_dir(folder)
-    except OSError as exc:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
-        raise StoreError(f"cannot write SCM row file {path} for table {layout.name!r}: {exc}") from None
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        # CorruptStoreError (damaged LMDB rows) is an OSError too: it passes as it is, naming
+        # the damaged file; only real IO errors of the row file are wrapped.
+        if isinstance(exc, OSError) and not isinstance(exc, StoreError):
+            raise StoreError(f"cannot write SCM row file {path} for table {layout.name!r}: {exc}") from None
         raise
     return path
+
+
+class _ShortRead(Exception):
+    """An O_DIRECT read of ``rowfile`` returned fewer bytes than asked (internal)."""
+
+    def __init__(self, rowfile: _RowFile, message: str):
+        super().__init__(message)
+        self.rowfile = rowfile
 
 
 class MmapTier(Tier):
@@ -219,6 +285,8 @@ class MmapTier(Tier):
         self._local = threading.local()
         self._rows = 0
         self._rebuilds = 0
+        self._damage: deque[dict] = deque(maxlen=DAMAGE_LOG)
+        self._damage_events = 0
 
     def _file(self, layout: TableLayout) -> _RowFile:
         rf = self._files.get(layout.table_id)
@@ -233,16 +301,33 @@ class MmapTier(Tier):
                 del self._files[layout.table_id]
             path = rowfile_path(self._directory, layout)
             order, _, digest = self._order(layout)
-            rf = _open_verified(path, layout, digest)
+            rf, why = _open_verified(path, layout, digest)
             if rf is None:
-                build_rowfile(self._db, self._directory, layout, order, digest)
-                self._rebuilds += 1
-                rf = _open_verified(path, layout, digest)
+                self._rebuild(layout, path, order, digest, None if why == _STALE else why)
+                rf, why = _open_verified(path, layout, digest)
                 if rf is None:
-                    raise StoreError(f"SCM row file {path} for table {layout.name!r} fails "
-                                     f"verification right after it was built")
+                    raise CorruptStoreError(f"SCM row file {path} for table {layout.name!r} fails "
+                                            f"verification right after it was built: {why}",
+                                            path=path, table=layout.name)
             self._files[layout.table_id] = rf
             return rf
+
+    def _rebuild(self, layout, path, order, digest, damage: str | None) -> None:
+        """Build ``layout``'s file from LMDB; ``damage`` (what was wrong, None for a missing
+        or stale file) is recorded whether or not the build succeeds."""
+        try:
+            build_rowfile(self._db, self._directory, layout, order, digest)
+        except BaseException as exc:
+            if damage is not None:
+                self._record(path, layout, damage, f"rebuild failed: {exc}")
+            raise
+        self._rebuilds += 1
+        if damage is not None:
+            self._record(path, layout, damage, "rebuilt")
+
+    def _record(self, path, layout, what, action) -> None:
+        self._damage.append({"file": path, "table": layout.name, "what": what, "action": action})
+        self._damage_events += 1
 
     def _order(self, layout: TableLayout) -> tuple[np.ndarray | None, np.ndarray | None, bytes]:
         """(order, its inverse ``pos``, digest) of ``layout``'s table, validated and cached;
@@ -276,8 +361,26 @@ class MmapTier(Tier):
         ids = np.asarray(ids, dtype=np.int64)
         return ids if pos is None else pos[ids]
 
+    def _replace_damaged(self, layout, rf: _RowFile, what: str) -> None:
+        """``rf`` was found damaged while open: record it, rebuild it, stop using it."""
+        with self._lock:
+            if self._files.get(layout.table_id) is not rf:
+                return  # another thread got here first
+            del self._files[layout.table_id]
+            try:
+                order, _, digest = self._order(layout)
+                self._rebuild(layout, rf.path, order, digest, what)
+            finally:
+                rf.close()
+
     def read_rows(self, layout, ids, out):
         rf = self._file(layout)
+        # A mapped file truncated under us would fault (SIGBUS) past its new end: one fstat
+        # per batch catches it (a truncation racing this very read still faults).
+        size = os.fstat(rf.fd).st_size
+        if size < rf.size:
+            self._replace_damaged(layout, rf, f"truncated while open: {size} bytes, expected {rf.size}")
+            rf = self._file(layout)
         np.take(rf.rows, self._positions(layout, ids), axis=0, out=out)
         self._rows += len(ids)
 
@@ -288,7 +391,23 @@ class MmapTier(Tier):
     def read_rows_direct(self, layout, ids, out, *, queue_depth=1):
         """Read the 4 KiB pages covering rows ``ids`` with O_DIRECT, ``queue_depth`` reads in
         flight (one worker thread each), into page-aligned anonymous buffers; then copy
-        the rows out. Every page is a real device read: the page cache is bypassed."""
+        the rows out. Every page is a real device read: the page cache is bypassed.
+
+        A short read (the file was truncated under us) is damage: the file is recorded,
+        rebuilt from LMDB and read once more."""
+        try:
+            self._read_direct(layout, ids, out, queue_depth)
+        except _ShortRead as short:
+            rf = short.rowfile
+            self._replace_damaged(layout, rf, str(short))
+            try:
+                self._read_direct(layout, ids, out, queue_depth)
+            except _ShortRead as again:
+                raise CorruptStoreError(f"SCM row file {rf.path} for table {layout.name!r}: {again} "
+                                        f"right after it was rebuilt", path=rf.path,
+                                        table=layout.name) from None
+
+    def _read_direct(self, layout, ids, out, queue_depth):
         rf = self._file(layout)
         if rf.direct_fd is None:
             with self._lock:
@@ -311,7 +430,7 @@ class MmapTier(Tier):
             for j in range(start, len(page_list), queue_depth):
                 got = os.preadv(fd, [view[j * PAGE_BYTES:(j + 1) * PAGE_BYTES]], page_list[j] * PAGE_BYTES)
                 if got != PAGE_BYTES:
-                    raise StoreError(f"short O_DIRECT read of {rf.path} at page {page_list[j]}: {got} bytes")
+                    raise _ShortRead(rf, f"short O_DIRECT read at page {page_list[j]}: {got} bytes")
 
         workers = min(queue_depth, len(page_list))
         if workers == 1:
@@ -354,7 +473,13 @@ class MmapTier(Tier):
             rf.close()
 
     def stats(self):
-        return {"hits": self._rows, "misses": 0, "rebuilds": self._rebuilds}
+        """``hits``, ``rebuilds`` (files built: missing, stale or damaged), ``damage_events``
+        (damaged files found) and ``damage``, the last ``DAMAGE_LOG`` of them as
+        ``{file, table, what, action}`` (action ``rebuilt``, or ``rebuild failed: ...``)."""
+        with self._lock:
+            damage = [dict(d) for d in self._damage]
+        return {"hits": self._rows, "misses": 0, "rebuilds": self._rebuilds,
+                "damage_events": self._damage_events, "damage": damage}
 
     def close(self):
         with self._lock:

@@ -1,0 +1,199 @@
+"""A damaged SCM row file is rebuilt from LMDB and its damage recorded in the tier's stats;
+a stale one (another generation, order or format version) is rebuilt without a record."""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+
+import numpy as np
+import pytest
+
+import sdm
+from sdm import errors
+from sdm.manifest import Manifest
+from sdm.tiers import MmapTier
+from sdm.tiers.lmdb import RowDB
+from sdm.tiers.mmap import DAMAGE_LOG, HEADER_BYTES, rowfile_path
+
+SPEC = sdm.TableSpec("t", 2000, 20, "int8")  # 40 B rows: 80000 data bytes, 1920 of padding
+
+
+def rows_of(spec, seed=0):
+    return np.random.default_rng(seed).standard_normal((spec.num_rows, spec.dim)).astype(np.float32)
+
+
+@pytest.fixture
+def store(tmp_path):
+    path = str(tmp_path / "s")
+    with sdm.Store.create(path, [SPEC]) as s:
+        s.write_table("t", rows_of(SPEC))
+    return path
+
+
+class Session:
+    """An MmapTier over the store at ``directory``, closed by :meth:`close`."""
+
+    def __init__(self, directory):
+        self.db = RowDB(directory)
+        self.tier = MmapTier(self.db, directory)
+        self.layout = Manifest.read(directory).tables[0]
+        self.path = rowfile_path(directory, self.layout)
+        self.want = sdm.quantize_rows(rows_of(SPEC), SPEC.fmt)
+
+    def read(self, ids, direct=False):
+        ids = np.asarray(ids, dtype=np.int64)
+        out = np.empty((len(ids), SPEC.row_bytes), dtype=np.uint8)
+        if direct:
+            self.tier.read_rows_direct(self.layout, ids, out, queue_depth=2)
+        else:
+            self.tier.read_rows(self.layout, ids, out)
+        np.testing.assert_array_equal(out, self.want[ids])
+        return self.tier.stats()
+
+    def close(self):
+        self.tier.close()
+        self.db.close()
+
+
+def read_once(directory, ids=(0, 5, 1999)):
+    s = Session(directory)
+    try:
+        return s.read(ids), s.path
+    finally:
+        s.close()
+
+
+def damage(path, where):
+    size = os.path.getsize(path)
+    data_end = HEADER_BYTES + SPEC.num_rows * SPEC.row_bytes
+    with open(path, "r+b") as f:
+        if where == "truncated":
+            f.truncate(size - 4096)
+        elif where == "short-header":
+            f.truncate(100)
+        elif where == "extended":
+            f.seek(size)
+            f.write(b"x")
+        else:
+            at = {"magic": 0, "generation": 16, "header-crc": 76, "header-tail": 2000,
+                  "data": HEADER_BYTES + 7 * SPEC.row_bytes + 3, "padding": data_end + 100,
+                  "last-byte": size - 1}[where]
+            f.seek(at)
+            byte = f.read(1)
+            f.seek(at)
+            f.write(bytes([byte[0] ^ 0x5A]))
+
+
+WHAT = {"magic": "header fails its CRC32", "generation": "header fails its CRC32",
+        "header-crc": "header fails its CRC32", "header-tail": "header fails its CRC32",
+        "data": "data fails its CRC32", "padding": "data fails its CRC32",
+        "last-byte": "data fails its CRC32", "truncated": "truncated", "extended": "extended",
+        "short-header": "truncated"}
+
+
+@pytest.mark.parametrize("where", sorted(WHAT))
+def test_damage_anywhere_in_the_file_is_rebuilt_and_recorded(store, where):
+    stats, path = read_once(store)
+    assert stats["rebuilds"] == 1 and stats["damage_events"] == 0 and stats["damage"] == []  # missing: built
+    damage(path, where)
+    stats, _ = read_once(store)
+    assert stats["rebuilds"] == 1 and stats["damage_events"] == 1
+    (record,) = stats["damage"]
+    assert record["file"] == path and record["table"] == "t" and record["action"] == "rebuilt"
+    assert record["what"].startswith(WHAT[where]), record
+    stats, _ = read_once(store)  # rebuilt file is intact: opened as is
+    assert stats["rebuilds"] == 0 and stats["damage"] == []
+
+
+def test_stale_file_is_rebuilt_without_a_damage_record(store):
+    _, path = read_once(store)
+    old = open(path, "rb").read()
+    with sdm.Store.open(store) as s:
+        s.write_table("t", rows_of(SPEC))  # same rows, a new generation
+    with open(path, "wb") as f:
+        f.write(old)
+    stats, _ = read_once(store)
+    assert stats["rebuilds"] == 1 and stats["damage_events"] == 0
+
+
+def test_older_format_version_is_stale_not_damage(store):
+    _, path = read_once(store)
+    layout = Manifest.read(store).tables[0]
+    # a version 2 header: the same fields, a CRC over them only
+    head = struct.pack("<8sIIQQQQI32s", b"SDMROWS\x00", 2, 0, layout.generation, SPEC.num_rows,
+                       SPEC.row_bytes, SPEC.num_rows * SPEC.row_bytes, 0, bytes(32))
+    with open(path, "r+b") as f:
+        f.write(head + struct.pack("<I", zlib.crc32(head)))
+    stats, _ = read_once(store)
+    assert stats["rebuilds"] == 1 and stats["damage_events"] == 0
+
+
+def test_truncated_while_open_is_caught_before_the_read_faults(store):
+    s = Session(store)
+    try:
+        s.read([1, 2])
+        os.truncate(s.path, HEADER_BYTES)  # in place: the open mapping now ends early
+        stats = s.read([1999, 3])
+        assert stats["damage_events"] == 1 and stats["damage"][0]["what"].startswith("truncated while open")
+        assert stats["rebuilds"] == 2
+    finally:
+        s.close()
+
+
+def test_short_direct_read_is_damage_rebuilt_and_read_again(store):
+    s = Session(store)
+    try:
+        s.read([1, 2], direct=True)
+        os.truncate(s.path, HEADER_BYTES)
+        stats = s.read([1999, 3], direct=True)
+        assert stats["damage_events"] == 1 and "short O_DIRECT read" in stats["damage"][0]["what"]
+        assert stats["damage"][0]["action"] == "rebuilt"
+    finally:
+        s.close()
+
+
+def test_damage_log_is_bounded(store):
+    s = Session(store)
+    try:
+        s.read([0])
+        for _ in range(DAMAGE_LOG + 5):
+            damage(s.path, "data")
+            s.tier.invalidate(s.layout)
+            stats = s.read([0])
+        assert stats["damage_events"] == DAMAGE_LOG + 5 and len(stats["damage"]) == DAMAGE_LOG
+    finally:
+        s.close()
+
+
+def test_rebuild_from_damaged_lmdb_raises_and_is_recorded(store):
+    _, path = read_once(store)
+    damage(path, "data")
+    data = os.path.join(store, "rows.lmdb", "data.mdb")
+    raw = open(data, "rb").read()
+    at = raw.find(sdm.quantize_rows(rows_of(SPEC), SPEC.fmt)[0].tobytes())
+    assert at > 0
+    with open(data, "r+b") as f:
+        f.seek(at + 3)
+        f.write(bytes([raw[at + 3] ^ 1]))
+    s = Session(store)
+    try:
+        with pytest.raises(errors.CorruptStoreError) as info:
+            s.read([5])
+        assert info.value.path == data and info.value.table == "t"
+        (record,) = s.tier.stats()["damage"]
+        assert record["file"] == path and record["action"].startswith("rebuild failed")
+    finally:
+        s.close()
+
+
+def test_store_stats_show_the_damage_under_sdm_nand(store):
+    _, path = read_once(store)
+    damage(path, "data")
+    with sdm.Store.open(store, config="sdm-nand") as s:
+        np.testing.assert_array_equal(s.lookup("t", [7]), sdm.dequantize_rows(
+            sdm.quantize_rows(rows_of(SPEC)[[7]], SPEC.fmt), SPEC.fmt, SPEC.dim))
+        tiers = s.stats()["tiers"]
+    (mmap_row,) = [t for t in tiers if t["kind"] == "mmap"]
+    assert mmap_row["damage_events"] == 1 and mmap_row["damage"][0]["file"] == path
