@@ -194,6 +194,15 @@ def test_store_stats_show_the_damage_under_sdm_nand(store):
     with sdm.Store.open(store, config="sdm-nand") as s:
         np.testing.assert_array_equal(s.lookup("t", [7]), sdm.dequantize_rows(
             sdm.quantize_rows(rows_of(SPEC)[[7]], SPEC.fmt), SPEC.fmt, SPEC.dim))
-        tiers = s.stats()["tiers"]
-    (mmap_row,) = [t for t in tiers if t["kind"] == "mmap"]
+        stats = s.stats()
+    (mmap_row,) = [t for t in stats["tiers"] if t["kind"] == "mmap"]
     assert mmap_row["damage_events"] == 1 and mmap_row["damage"][0]["file"] == path
+    (record,) = stats["damage"]  # the store's own summary of what it worked around
+    assert record["file"] == path and record["table"] == "t" and record["action"] == "rebuilt"
+
+
+def test_store_stats_show_no_damage_for_an_intact_store(store):
+    read_once(store)
+    with sdm.Store.open(store, config="sdm-nand") as s:
+        s.lookup("t", [7])
+        assert s.stats()["damage"] == []

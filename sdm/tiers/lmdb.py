@@ -35,6 +35,7 @@ import numpy as np
 
 from sdm.errors import CorruptStoreError, StoreError
 from sdm.manifest import CHECKSUM_BYTES, LMDB_PAGE_BYTES, LMDB_VALUE_BYTES, TableLayout
+from sdm.tiers.lmdb_check import TreeDamage, check_tree
 from sdm.tiers.base import Tier
 
 __all__ = ["RowDB", "LmdbTier", "LMDB_DIRNAME"]
@@ -147,7 +148,7 @@ class RowDB:
 
     def version(self, txn=None) -> int:
         """The database's version: 0 for a store never updated, +1 per ``update_rows``."""
-        with self.snapshot() if txn is None else _given(txn) as t:
+        with self.snapshot() if txn is None else _given(txn) as t, self._corruption():
             value = t.get(_VERSION_KEY)
         if value is None:
             return 0
@@ -162,7 +163,7 @@ class RowDB:
         """Log entries of versions ``> after``, ascending: ``(version, table id, generation,
         ids)`` with ``ids`` sorted unique int64 (checksums verified)."""
         out = []
-        with self.snapshot() if txn is None else _given(txn) as t:
+        with self.snapshot() if txn is None else _given(txn) as t, self._corruption():
             cur = t.cursor()
             if not cur.set_range(_log_key(after + 1)):
                 return out
@@ -185,8 +186,18 @@ class RowDB:
                 out.append((version, table_id, generation, ids.astype(np.int64)))
         return out
 
+    @contextmanager
+    def _corruption(self, table: str | None = None):
+        """LMDB errors inside the block (a damaged B-tree page) raised as CorruptStoreError."""
+        try:
+            yield
+        except lmdb.Error as exc:
+            raise CorruptStoreError(f"row database {self.data_path}: {exc}", path=self.data_path,
+                                    table=table) from None
+
     def _check_size(self) -> None:
-        # A truncated data file would fault (SIGBUS) on the first read past its end; refuse it.
+        # A truncated data file, or a damaged page number pointing past its end, would fault
+        # (SIGBUS) on the first read that follows it: refuse both before LMDB walks the trees.
         info = self.env.info()
         psize = self.env.stat()["psize"]
         need = (info["last_pgno"] + 1) * psize
@@ -195,6 +206,11 @@ class RowDB:
             raise CorruptStoreError(
                 f"row database {self.data_path} is truncated: {have} bytes, its pages need {need}",
                 path=self.data_path)
+        try:
+            check_tree(self.data_path, psize, info["last_txnid"])
+        except TreeDamage as exc:
+            raise CorruptStoreError(f"row database {self.data_path} is damaged: {exc}",
+                                    path=self.data_path) from None
 
     # -- reads -----------------------------------------------------------------------
 
@@ -225,16 +241,12 @@ class RowDB:
         blocks = ids // rpb
         starts = np.flatnonzero(np.diff(blocks, prepend=-1))
         ends = np.append(starts[1:], len(ids))
-        try:
-            with self.snapshot() as txn:
-                for s, e in zip(starts.tolist(), ends.tolist()):
-                    block = int(blocks[s])
-                    rows = np.frombuffer(self._payload(txn, layout, block), dtype=np.uint8)
-                    rows = rows.reshape(-1, width)
-                    np.take(rows, ids[s:e] - block * rpb, axis=0, out=out[s:e])
-        except lmdb.Error as exc:
-            raise CorruptStoreError(f"row database {self.data_path}: {exc}", path=self.data_path,
-                                    table=layout.name) from None
+        with self._corruption(layout.name), self.snapshot() as txn:
+            for s, e in zip(starts.tolist(), ends.tolist()):
+                block = int(blocks[s])
+                rows = np.frombuffer(self._payload(txn, layout, block), dtype=np.uint8)
+                rows = rows.reshape(-1, width)
+                np.take(rows, ids[s:e] - block * rpb, axis=0, out=out[s:e])
         return len(starts)
 
     def load_table(self, layout: TableLayout) -> np.ndarray:
@@ -242,28 +254,20 @@ class RowDB:
         out = np.empty((layout.spec.num_rows, layout.spec.row_bytes), dtype=np.uint8)
         flat = out.reshape(-1)
         span = layout.rows_per_block * layout.spec.row_bytes
-        try:
-            with self.snapshot() as txn:
-                for block in range(layout.num_blocks):
-                    payload = self._payload(txn, layout, block)
-                    flat[block * span: block * span + len(payload)] = np.frombuffer(payload, np.uint8)
-        except lmdb.Error as exc:
-            raise CorruptStoreError(f"row database {self.data_path}: {exc}", path=self.data_path,
-                                    table=layout.name) from None
+        with self._corruption(layout.name), self.snapshot() as txn:
+            for block in range(layout.num_blocks):
+                payload = self._payload(txn, layout, block)
+                flat[block * span: block * span + len(payload)] = np.frombuffer(payload, np.uint8)
         return out
 
     def iter_blocks(self, layout: TableLayout):
         """Yield every block's rows of a written table in order, as ``(k, row_bytes) uint8``
         views valid until the next item (checksums verified); memory stays one block."""
         width = layout.spec.row_bytes
-        try:
-            with self.snapshot() as txn:
-                for block in range(layout.num_blocks):
-                    payload = self._payload(txn, layout, block)
-                    yield np.frombuffer(payload, dtype=np.uint8).reshape(-1, width)
-        except lmdb.Error as exc:
-            raise CorruptStoreError(f"row database {self.data_path}: {exc}", path=self.data_path,
-                                    table=layout.name) from None
+        with self._corruption(layout.name), self.snapshot() as txn:
+            for block in range(layout.num_blocks):
+                payload = self._payload(txn, layout, block)
+                yield np.frombuffer(payload, dtype=np.uint8).reshape(-1, width)
 
     # -- writes ----------------------------------------------------------------------
 
@@ -349,7 +353,7 @@ class RowDB:
         ``keep_generation`` (superseded by a publish). Returns how many were deleted."""
         doomed = [version for version, t, g, _ in self.changes() if t == table_id and g != keep_generation]
         if doomed:
-            with self.env.begin(write=True) as txn:
+            with self._corruption(), self.env.begin(write=True) as txn:
                 for version in doomed:
                     txn.delete(_log_key(version))
         return len(doomed)
@@ -364,7 +368,7 @@ class RowDB:
         deleted = 0
         start = block_key(max(1, from_generation), 0, 0)
         while True:
-            with self.env.begin(write=True) as txn:
+            with self._corruption(), self.env.begin(write=True) as txn:
                 cur = txn.cursor()
                 if not cur.set_range(start):
                     return deleted
