@@ -17,7 +17,7 @@ from sdm.tiers import MmapTier
 from sdm.tiers.lmdb import RowDB
 from sdm.tiers.mmap import DAMAGE_LOG, HEADER_BYTES, rowfile_path
 
-SPEC = sdm.TableSpec("t", 2000, 20, "int8")  # 40 B rows: 80000 data bytes, 1920 of padding
+SPEC = sdm.TableSpec("t", 2000, 20, "int8")  # 28 B rows: 56000 data bytes in 14 pages, 1344 of padding
 
 
 def rows_of(spec, seed=0):
@@ -88,8 +88,8 @@ def damage(path, where):
 
 WHAT = {"magic": "header fails its CRC32", "generation": "header fails its CRC32",
         "header-crc": "header fails its CRC32", "header-tail": "header fails its CRC32",
-        "data": "data fails its CRC32", "padding": "data fails its CRC32",
-        "last-byte": "data fails its CRC32", "truncated": "truncated", "extended": "extended",
+        "data": "data page 0 fails its CRC32", "padding": "data page 13 fails its CRC32",
+        "last-byte": "page-checksum table fails its CRC32", "truncated": "truncated", "extended": "extended",
         "short-header": "truncated"}
 
 
@@ -206,3 +206,32 @@ def test_store_stats_show_no_damage_for_an_intact_store(store):
     with sdm.Store.open(store, config="sdm-nand") as s:
         s.lookup("t", [7])
         assert s.stats()["damage"] == []
+
+
+def test_pages_are_checked_when_first_read_not_at_open(store):
+    _, path = read_once(store)
+    damage(path, "padding")  # the last data page, which ids 0 and 5 do not touch
+    s = Session(store)
+    try:
+        stats = s.read([0, 5])
+        assert stats["damage_events"] == 0 and stats["rebuilds"] == 0
+        rf = s.tier._file(s.layout)
+        assert rf.checked.sum() == 1 and rf.unchecked == 13  # page 0 only
+        stats = s.read([1999])  # the damaged page: found, rebuilt, served from the new file
+        assert stats["damage_events"] == 1 and stats["damage"][0]["what"] == "data page 13 fails its CRC32"
+    finally:
+        s.close()
+
+
+def test_damaged_page_found_by_a_direct_read_is_rebuilt_and_read_again(store):
+    _, path = read_once(store)
+    damage(path, "data")
+    s = Session(store)
+    try:
+        stats = s.read([3, 7, 1999], direct=True)
+        assert stats["damage_events"] == 1 and stats["damage"][0]["what"] == "data page 0 fails its CRC32"
+        assert stats["damage"][0]["action"] == "rebuilt"
+        rf = s.tier._file(s.layout)
+        assert rf.checked[[0, 13]].all()  # the new file's pages, checked as read
+    finally:
+        s.close()

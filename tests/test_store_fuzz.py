@@ -146,6 +146,9 @@ def serve(store, expected, bags_ref, rng):
             pooled = store.embedding_bags({table: (indices, offsets)})[table]
             if not np.array_equal(pooled, bags_ref[table][2]):
                 return "wrong", f"table {table!r}: pooled bags differ from the reference"
+            # every row last: SCM pages are checked when first read, so all of them are now
+            if not np.array_equal(store.lookup(table, np.arange(spec.num_rows)), expected[table]):
+                return "wrong", f"table {table!r}: a full-table lookup differs from the reference"
         except errors.CorruptStoreError as exc:
             return "detected", {"error": type(exc).__name__, "path": exc.path, "table": exc.table,
                                 "serving": table, "message": str(exc)[:300]}

@@ -4,35 +4,41 @@ The row file is derived from the LMDB durable copy and rebuildable at any time::
 
     scm/t<table_id>.rows
         [0, 4096)        header: magic, version, table id, generation, num_rows, row_bytes,
-                         data bytes, CRC32 of the data, SHA-256 of the row order (zeros for
-                         identity order), CRC32 of the whole header page (zero padded)
-        [4096, ...)      the row at position p at 4096 + p * row_bytes (rows packed, so with
+                         data bytes, CRC32 of the page-checksum table, SHA-256 of the row
+                         order (zeros for identity order), CRC32 of the whole header page
+        [4096, 4096 + D) the row at position p at 4096 + p * row_bytes (rows packed, so with
                          a 512 B device a row may straddle two blocks and cost two reads),
-                         padded to a whole 4 KiB page so O_DIRECT can read the last one; the
-                         data CRC covers the padding too, so every byte of the file is checked
+                         padded to D, a whole number of 4 KiB pages, so O_DIRECT can read
+                         the last one
+        [4096 + D, end)  the page-checksum table: a little-endian CRC32 per 4 KiB data page
+                         (padding included), zero padded to a whole page
 
 Positions are row ids unless the tier is given a row order for the table (a placement's
 ``row_order``: ``order[p]`` is the row at position p, so rows looked up together can share
 device blocks); reads then map ids through ``pos = inverse(order)``.
 
 A file is used only when its header matches the table's committed generation, geometry and
-row order and its data matches its CRC32 (checked once per open); otherwise — missing,
-stale after a ``write_table``, built for another order, damaged — it is rebuilt from LMDB:
-streamed a chunk at a time into a temporary file, fsynced, renamed over the old one,
-directory fsynced. Readers holding the old file keep their mapping (rename keeps the inode).
+row order, its size is right and its page-checksum table matches its CRC32 (checked when the
+file is opened: a 4-byte read per 4 KiB page, so opening costs 0.1% of the file, not all of
+it); otherwise — missing, stale after a ``write_table``, built for another order, damaged —
+it is rebuilt from LMDB: streamed a chunk at a time into a temporary file, fsynced, renamed
+over the old one, directory fsynced. Readers holding the old file keep their mapping
+(rename keeps the inode). Each data page is checked against its CRC32 the first time a read
+touches it (a bitmap per open file remembers the pages checked, so a page costs one CRC per
+process, not one per read).
 
 Stale is not damage: a file whose header is intact (its CRC holds) but names another
 generation, row order or format version is simply rebuilt. Damage — a header that fails its
-CRC, an intact header for this generation whose geometry or file size is wrong, data that
-fails its CRC, an O_DIRECT read that comes back short — is rebuilt too, and recorded in
+CRC, an intact header for this generation whose geometry or file size is wrong, a page
+table or a data page that fails its CRC, an O_DIRECT read that comes back short — is
+rebuilt too (the read that found it is served again from the new file), and recorded in
 :meth:`MmapTier.stats` (``damage_events`` and the last ``DAMAGE_LOG`` records under
 ``damage``), so rows are still served, from the LMDB copy, while the damage shows.
 
-What is not detected: the data CRC is checked when a file is opened, not on every read, so
-a file changed in place after it was opened and mapped (sdm never does that: rebuilds write
-a new inode) serves what it now holds; and a mapped file truncated in place by another
-process between a read's size check and its access faults (SIGBUS). Truncation seen by
-that check (one fstat per batch) or by an O_DIRECT read coming back short is damage
+What is not detected: a page changed in place after it was checked (sdm never does that:
+rebuilds write a new inode) serves what it now holds; and a mapped file truncated in place
+by another process between a read's size check and its access faults (SIGBUS). Truncation
+seen by that check (one fstat per batch) or by an O_DIRECT read coming back short is damage
 (recorded, rebuilt, read again).
 """
 
@@ -51,6 +57,7 @@ from typing import Mapping
 
 import numpy as np
 
+from sdm._jit import jit
 from sdm.devices import block_ranges
 from sdm.errors import ConfigError, CorruptStoreError, StoreError
 from sdm.manifest import TableLayout, fsync_dir
@@ -64,9 +71,10 @@ HEADER_BYTES = 4096
 PAGE_BYTES = 4096
 _MAGIC = b"SDMROWS\x00"
 # 2: the row order's digest. 3: the CRCs cover the whole header page and the data's padding.
+# 4: a CRC32 per data page, checked on first read instead of the whole data on open.
 # Files are derived data: older versions are stale and rebuilt.
-_VERSION = 3
-# magic, version, table id, generation, rows, row bytes, data bytes, data crc, order digest
+_VERSION = 4
+# magic, version, table id, generation, rows, row bytes, data bytes, page-table crc, order digest
 _HEAD = struct.Struct("<8sIIQQQQI32s")
 _IDENTITY = bytes(32)
 # Rows gathered per chunk when building a file in a row order (bounds the builder's memory).
@@ -74,8 +82,9 @@ _BUILD_CHUNK_BYTES = 32 << 20
 _HEAD_CRC = struct.Struct("<I")
 _CRC_AT = _HEAD.size  # the header CRC's offset; it covers every other byte of the page
 # Older versions' header sizes (their CRC follows and covers only those bytes): an intact
-# older header is stale, not damage.
+# older header is stale, not damage. Version 3 has this version's header.
 _OLD_HEADS = {1: 44, 2: _HEAD.size}
+_PAGE_CRC = np.dtype("<u4")
 _STALE = "stale"
 # Damage records kept for stats(); damage_events counts all of them.
 DAMAGE_LOG = 100
@@ -87,6 +96,12 @@ def rowfile_path(directory: str, layout: TableLayout) -> str:
 
 def _padded(nbytes: int) -> int:
     return -(-nbytes // PAGE_BYTES) * PAGE_BYTES
+
+
+def _file_bytes(data_bytes: int) -> tuple[int, int]:
+    """(padded data bytes D, padded page-table bytes) of a file holding ``data_bytes``."""
+    data = _padded(data_bytes)
+    return data, _padded(data // PAGE_BYTES * _PAGE_CRC.itemsize)
 
 
 def _header_crc(page: bytes) -> int:
@@ -108,11 +123,31 @@ def order_digest(order: np.ndarray | None) -> bytes:
     return hashlib.sha256(np.ascontiguousarray(order, dtype="<i8").data).digest()
 
 
+class _Damaged(Exception):
+    """A read found its row file damaged (internal: the tier records it and rebuilds)."""
+
+
+@jit
+def _unchecked_pages(pos, width, checked, out):
+    """Write to ``out`` the data pages holding rows at positions ``pos`` (``width`` bytes
+    each) that are not ``checked`` yet, repeats allowed; returns how many. A pass over the
+    positions, so a batch whose pages are all checked costs ~1 ns a row."""
+    n = 0
+    for i in range(pos.shape[0]):
+        start = pos[i] * width
+        for p in range(start // 4096, (start + width - 1) // 4096 + 1):
+            if not checked[p]:
+                out[n] = p
+                n += 1
+    return n
+
+
 class _RowFile:
-    """One open, verified row file: its mmap, a ``(num_rows, row_bytes)`` view, and an
+    """One open row file (header and page table verified): its mmap, a ``(num_rows,
+    row_bytes)`` view, the page CRCs and which pages have been checked against them, and an
     O_DIRECT descriptor opened on first direct read."""
 
-    def __init__(self, path: str, layout: TableLayout, fd: int, mm: mmap.mmap):
+    def __init__(self, path: str, layout: TableLayout, fd: int, mm: mmap.mmap, data_bytes: int):
         self.path = path
         self.layout = layout
         self.fd = fd
@@ -120,10 +155,36 @@ class _RowFile:
         self.size = len(mm)
         n, width = layout.spec.num_rows, layout.spec.row_bytes
         self.rows = np.frombuffer(mm, dtype=np.uint8, count=n * width, offset=HEADER_BYTES).reshape(n, width)
+        pages = data_bytes // PAGE_BYTES
+        self.data = np.frombuffer(mm, dtype=np.uint8, count=data_bytes, offset=HEADER_BYTES)
+        self.crcs = np.frombuffer(mm, dtype=_PAGE_CRC, count=pages, offset=HEADER_BYTES + data_bytes)
+        self.checked = np.zeros(pages, dtype=np.bool_)
+        self.unchecked = pages
+        self._check_lock = threading.Lock()
         self.direct_fd: int | None = None
 
+    def check_positions(self, pos: np.ndarray) -> None:
+        """Check every page holding the rows at positions ``pos`` not checked yet (through
+        the mapping); raises _Damaged at the first that fails its CRC."""
+        width = self.layout.spec.row_bytes
+        per_row = (width + PAGE_BYTES - 2) // PAGE_BYTES + 1  # pages a row can span
+        found = np.empty(len(pos) * per_row, dtype=np.int64)
+        pages = np.unique(found[:_unchecked_pages(pos, width, self.checked, found)])
+        self.check_pages(pages, lambda p: self.data[p * PAGE_BYTES:(p + 1) * PAGE_BYTES])
+
+    def check_pages(self, pages, page_bytes) -> None:
+        """Check data ``pages`` (page numbers not checked yet), whose bytes ``page_bytes(p)``
+        gives; raises _Damaged at the first that fails its CRC."""
+        for p in pages.tolist() if isinstance(pages, np.ndarray) else pages:
+            if zlib.crc32(page_bytes(p)) != self.crcs[p]:
+                raise _Damaged(f"data page {p} fails its CRC32")
+            with self._check_lock:  # the count must not drop twice for one page
+                if not self.checked[p]:
+                    self.checked[p] = True
+                    self.unchecked -= 1
+
     def close(self) -> None:
-        self.rows = None
+        self.rows = self.data = self.crcs = None
         # A view still exported by an in-flight read keeps the map alive; the GC closes it.
         try:
             self.mmap.close()
@@ -172,6 +233,8 @@ def _verify(fd: int, path: str, layout: TableLayout, digest: bytes,
     if _HEAD_CRC.unpack_from(page, _CRC_AT)[0] != _header_crc(page):
         return None, "header fails its CRC32"
     fields = _HEAD.unpack_from(page)
+    if fields[0] == _MAGIC and fields[1] == 3:
+        return None, _STALE
     if fields[0] != _MAGIC or fields[1] != _VERSION:
         return None, f"header has magic {fields[0]!r} version {fields[1]} under an intact CRC"
     if fields[3] != layout.generation or fields[8] != digest:
@@ -180,14 +243,14 @@ def _verify(fd: int, path: str, layout: TableLayout, digest: bytes,
     got = (fields[2],) + fields[4:7]
     if got != want:
         return None, f"header geometry (table id, rows, row bytes, data bytes) {got} is not the table's {want}"
-    expect = HEADER_BYTES + _padded(data_bytes)
+    padded, table = _file_bytes(data_bytes)
+    expect = HEADER_BYTES + padded + table
     if size != expect:
         return None, f"{'truncated' if size < expect else 'extended'}: {size} bytes, expected {expect}"
+    if zlib.crc32(os.pread(fd, table, HEADER_BYTES + padded)) != fields[7]:
+        return None, "page-checksum table fails its CRC32"
     mm = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
-    if zlib.crc32(memoryview(mm)[HEADER_BYTES:]) != fields[7]:
-        mm.close()
-        return None, "data fails its CRC32"
-    return _RowFile(path, layout, fd, mm), None
+    return _RowFile(path, layout, fd, mm, padded), None
 
 
 def _ordered_rows(db: RowDB, layout: TableLayout, order: np.ndarray):
@@ -207,6 +270,33 @@ def _ordered_rows(db: RowDB, layout: TableLayout, order: np.ndarray):
         yield rows[:k]
 
 
+class _PageCrcs:
+    """CRC32s of consecutive 4 KiB pages of a byte stream fed in chunks of any size."""
+
+    def __init__(self):
+        self.crcs: list[int] = []
+        self.partial = 0  # bytes of the current page seen so far
+        self.crc = 0
+
+    def add(self, chunk) -> None:
+        view = memoryview(chunk).cast("B")
+        while len(view):
+            take = min(PAGE_BYTES - self.partial, len(view))
+            self.crc = zlib.crc32(view[:take], self.crc)
+            self.partial += take
+            view = view[take:]
+            if self.partial == PAGE_BYTES:
+                self.crcs.append(self.crc)
+                self.partial = self.crc = 0
+
+    def table(self) -> bytes:
+        """The page table (the stream must have ended on a page boundary), zero padded."""
+        if self.partial:
+            raise ValueError("page CRCs of a stream that ends mid-page")
+        raw = np.asarray(self.crcs, dtype=_PAGE_CRC).tobytes()
+        return raw + bytes(_padded(len(raw)) - len(raw))
+
+
 def build_rowfile(db: RowDB, directory: str, layout: TableLayout,
                   order: np.ndarray | None = None, digest: bytes | None = None) -> str:
     """Write ``layout``'s row file from LMDB atomically, rows in ``order`` (``(num_rows,)
@@ -220,16 +310,19 @@ def build_rowfile(db: RowDB, directory: str, layout: TableLayout,
     try:
         with open(tmp, "wb") as f:
             f.write(bytes(HEADER_BYTES))
-            crc = 0
+            page_crcs = _PageCrcs()
             chunks = db.iter_blocks(layout) if order is None else _ordered_rows(db, layout, order)
             for rows in chunks:
-                crc = zlib.crc32(rows, crc)
+                page_crcs.add(rows)
                 f.write(rows)
             padding = bytes(_padded(data_bytes) - data_bytes)
-            crc = zlib.crc32(padding, crc)
+            page_crcs.add(padding)
             f.write(padding)
+            table = page_crcs.table()
+            f.write(table)
             f.seek(0)
-            f.write(_header(layout, data_bytes, crc, order_digest(order) if digest is None else digest))
+            f.write(_header(layout, data_bytes, zlib.crc32(table),
+                            order_digest(order) if digest is None else digest))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -245,14 +338,6 @@ def build_rowfile(db: RowDB, directory: str, layout: TableLayout,
             raise StoreError(f"cannot write SCM row file {path} for table {layout.name!r}: {exc}") from None
         raise
     return path
-
-
-class _ShortRead(Exception):
-    """An O_DIRECT read of ``rowfile`` returned fewer bytes than asked (internal)."""
-
-    def __init__(self, rowfile: _RowFile, message: str):
-        super().__init__(message)
-        self.rowfile = rowfile
 
 
 class MmapTier(Tier):
@@ -373,15 +458,35 @@ class MmapTier(Tier):
             finally:
                 rf.close()
 
-    def read_rows(self, layout, ids, out):
+    def _repaired(self, layout, read) -> None:
+        """``read(rf)`` on ``layout``'s file; damage it finds (``_Damaged``) is recorded, the
+        file rebuilt from LMDB and ``read`` run once more on the new one."""
         rf = self._file(layout)
-        # A mapped file truncated under us would fault (SIGBUS) past its new end: one fstat
-        # per batch catches it (a truncation racing this very read still faults).
-        size = os.fstat(rf.fd).st_size
-        if size < rf.size:
-            self._replace_damaged(layout, rf, f"truncated while open: {size} bytes, expected {rf.size}")
-            rf = self._file(layout)
-        np.take(rf.rows, self._positions(layout, ids), axis=0, out=out)
+        try:
+            return read(rf)
+        except _Damaged as exc:
+            self._replace_damaged(layout, rf, str(exc))
+        rf = self._file(layout)
+        try:
+            return read(rf)
+        except _Damaged as exc:
+            raise CorruptStoreError(f"SCM row file {rf.path} for table {layout.name!r}: {exc} right "
+                                    f"after it was rebuilt", path=rf.path, table=layout.name) from None
+
+    def read_rows(self, layout, ids, out):
+        pos = self._positions(layout, ids)
+
+        def read(rf):
+            # A mapped file truncated under us would fault (SIGBUS) past its new end: one
+            # fstat per batch catches it (a truncation racing this very read still faults).
+            size = os.fstat(rf.fd).st_size
+            if size < rf.size:
+                raise _Damaged(f"truncated while open: {size} bytes, expected {rf.size}")
+            if rf.unchecked:
+                rf.check_positions(pos)
+            np.take(rf.rows, pos, axis=0, out=out)
+
+        self._repaired(layout, read)
         self._rows += len(ids)
 
     def row_offsets(self, layout, ids):
@@ -391,24 +496,15 @@ class MmapTier(Tier):
     def read_rows_direct(self, layout, ids, out, *, queue_depth=1):
         """Read the 4 KiB pages covering rows ``ids`` with O_DIRECT, ``queue_depth`` reads in
         flight (one worker thread each), into page-aligned anonymous buffers; then copy
-        the rows out. Every page is a real device read: the page cache is bypassed.
+        the rows out. Every page is a real device read: the page cache is bypassed, and a
+        page not checked yet is checked against its CRC as read.
 
-        A short read (the file was truncated under us) is damage: the file is recorded,
-        rebuilt from LMDB and read once more."""
-        try:
-            self._read_direct(layout, ids, out, queue_depth)
-        except _ShortRead as short:
-            rf = short.rowfile
-            self._replace_damaged(layout, rf, str(short))
-            try:
-                self._read_direct(layout, ids, out, queue_depth)
-            except _ShortRead as again:
-                raise CorruptStoreError(f"SCM row file {rf.path} for table {layout.name!r}: {again} "
-                                        f"right after it was rebuilt", path=rf.path,
-                                        table=layout.name) from None
+        A short read (the file was truncated under us) or a page failing its CRC is damage:
+        the file is recorded, rebuilt from LMDB and read once more."""
+        self._repaired(layout, lambda rf: self._read_direct(rf, layout, ids, out, queue_depth))
+        self._rows += len(ids)
 
-    def _read_direct(self, layout, ids, out, queue_depth):
-        rf = self._file(layout)
+    def _read_direct(self, rf, layout, ids, out, queue_depth):
         if rf.direct_fd is None:
             with self._lock:
                 if rf.direct_fd is None:
@@ -430,7 +526,7 @@ class MmapTier(Tier):
             for j in range(start, len(page_list), queue_depth):
                 got = os.preadv(fd, [view[j * PAGE_BYTES:(j + 1) * PAGE_BYTES]], page_list[j] * PAGE_BYTES)
                 if got != PAGE_BYTES:
-                    raise _ShortRead(rf, f"short O_DIRECT read at page {page_list[j]}: {got} bytes")
+                    raise _Damaged(f"short O_DIRECT read at page {page_list[j]}: {got} bytes")
 
         workers = min(queue_depth, len(page_list))
         if workers == 1:
@@ -438,12 +534,16 @@ class MmapTier(Tier):
         else:
             for f in [self._executor(queue_depth).submit(read_some, w) for w in range(workers)]:
                 f.result()
+        if rf.unchecked:  # file page k of the data is buffer page j: pages[j] == k + 1
+            data_pages = pages - HEADER_BYTES // PAGE_BYTES
+            todo = np.flatnonzero(~rf.checked[data_pages])
+            index = dict(zip(data_pages[todo].tolist(), todo.tolist()))
+            rf.check_pages(list(index), lambda k: view[index[k] * PAGE_BYTES:(index[k] + 1) * PAGE_BYTES])
         # Rows spanning pages span consecutive entries of `pages`, so they are contiguous here.
         at = np.searchsorted(pages, offsets // PAGE_BYTES) * PAGE_BYTES + offsets % PAGE_BYTES
         data = np.frombuffer(buf, dtype=np.uint8)
         np.take(data, at[:, None] + np.arange(width), out=out)
         del data, view
-        self._rows += len(ids)
 
     def _buffer(self, nbytes: int) -> mmap.mmap:
         # Anonymous maps are page aligned, as O_DIRECT needs. One per calling thread, kept:
