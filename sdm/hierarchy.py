@@ -30,7 +30,7 @@ from sdm.tiers import DramTier, LmdbTier, Tier
 from sdm.tiers.dram_cache import DramCacheTier
 from sdm.tiers.lmdb import RowDB
 from sdm.tiers.metered import Metered
-from sdm.tiers.mmap import MmapTier, rowfile_path
+from sdm.tiers.mmap import MmapTier
 from sdm.tiers.patched import PatchedTier
 
 
@@ -70,8 +70,8 @@ class Hierarchy:
                     inner = DramTier(backing)
                 elif tc.kind == "mmap":
                     order = {} if self.placement is None else self.placement.row_order
-                    inner = PatchedTier(MmapTier(db, directory, row_order=order or None), db,
-                                        rowfile=lambda layout: rowfile_path(directory, layout))
+                    mapped = MmapTier(db, directory, row_order=order or None)
+                    inner = PatchedTier(mapped, db, rowfile=mapped.path_of)
                 else:
                     inner = backing
             lower = Metered(inner, tc.device, self.clock, io_mode=config.io_mode,

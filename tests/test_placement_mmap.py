@@ -4,6 +4,7 @@ reads), offsets where the rows really are, rebuilds when the order changes, bad 
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -92,7 +93,7 @@ def test_whole_table_and_file_contents_follow_the_order(ordered, layouts, raw, o
     np.testing.assert_array_equal(read(ordered, layout, ids), raw["i8"])
     np.testing.assert_array_equal(read(ordered, layout, ids, direct=True), raw["i8"])
     width = layout.spec.row_bytes
-    with open(rowfile_path(store_dir, layout), "rb") as f:
+    with open(ordered.path_of(layout), "rb") as f:
         f.seek(HEADER_BYTES)
         data = np.frombuffer(f.read(1500 * width), dtype=np.uint8).reshape(1500, width)
     np.testing.assert_array_equal(data, raw["i8"][orders["i8"]])
@@ -122,14 +123,15 @@ def test_a_file_built_for_another_order_is_rebuilt(tmp_path, layouts, raw):
         tier = MmapTier(db, directory, row_order=None if order is None else {spec.name: order})
         try:
             got = read(tier, layout, ids), read(tier, layout, ids, direct=True)
-            with open(rowfile_path(directory, layout), "rb") as f:
+            with open(tier.path_of(layout), "rb") as f:
                 head = f.read(HEADER_BYTES)
             return got, tier.stats()["rebuilds"], head
         finally:
             tier.close()
             db.close()
 
-    for order, rebuilds in ((None, 1), (None, 0), (first, 1), (first, 0), (second, 1), (None, 1)):
+    # each order has its own file: coming back to one is not a rebuild
+    for order, rebuilds in ((None, 1), (None, 0), (first, 1), (first, 0), (second, 1), (None, 0), (first, 0)):
         (plain, direct), got, head = session(order)
         assert got == rebuilds, (order is None, got)
         np.testing.assert_array_equal(plain, raw[spec.name][ids])
@@ -209,3 +211,31 @@ def test_a_planned_order_serves_the_same_rows_and_reads_fewer_blocks(tmp_path):
         placed.close()
         db.close()
     assert os.path.exists(rowfile_path(str(path), layout))
+
+
+def test_files_of_older_generations_are_dropped_other_orders_kept(tmp_path):
+    spec = SPECS[0]
+    path = tmp_path / "s"
+    with sdm.Store.create(path, [spec]) as store:
+        store.write_table(spec.name, rows_of(spec))
+    directory = str(path)
+    order = np.random.default_rng(3).permutation(spec.num_rows)
+
+    def touch(order):
+        db = RowDB(directory)
+        tier = MmapTier(db, directory, row_order=None if order is None else {spec.name: order})
+        try:
+            layout = Manifest.read(directory).tables[0]
+            read(tier, layout, np.array([0, 5], dtype=np.int64))
+            return os.path.basename(tier.path_of(layout))
+        finally:
+            tier.close()
+            db.close()
+
+    plain, ordered_name = touch(None), touch(order)
+    assert plain == "t0.rows" and re.fullmatch(r"t0-[0-9a-f]{12}\.rows", ordered_name)
+    assert sorted(os.listdir(path / "scm")) == sorted([plain, ordered_name])  # both current: kept
+    with sdm.Store.open(path) as store:  # a new generation of the table
+        store.write_table(spec.name, rows_of(spec) + 1)
+    assert touch(None) == plain
+    assert os.listdir(path / "scm") == [plain]  # the ordered file of the old generation is gone

@@ -47,6 +47,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
+import re
 import struct
 import threading
 import uuid
@@ -77,6 +78,7 @@ _VERSION = 4
 # magic, version, table id, generation, rows, row bytes, data bytes, page-table crc, order digest
 _HEAD = struct.Struct("<8sIIQQQQI32s")
 _IDENTITY = bytes(32)
+_SIBLING = re.compile(r"t(\d+)(-[0-9a-f]{12})?\.rows")
 # Rows gathered per chunk when building a file in a row order (bounds the builder's memory).
 _BUILD_CHUNK_BYTES = 32 << 20
 _HEAD_CRC = struct.Struct("<I")
@@ -90,8 +92,13 @@ _STALE = "stale"
 DAMAGE_LOG = 100
 
 
-def rowfile_path(directory: str, layout: TableLayout) -> str:
-    return os.path.join(directory, ROWFILE_DIRNAME, f"t{layout.table_id}.rows")
+def rowfile_path(directory: str, layout: TableLayout, digest: bytes = bytes(32)) -> str:
+    """The row file of ``layout``'s table in the row order of SHA-256 ``digest``:
+    ``scm/t<id>.rows`` in identity order, ``scm/t<id>-<12 hex digits of digest>.rows`` in
+    another, so processes serving one table in different orders do not rebuild each other's
+    file."""
+    suffix = "" if digest == _IDENTITY else "-" + digest[:6].hex()
+    return os.path.join(directory, ROWFILE_DIRNAME, f"t{layout.table_id}{suffix}.rows")
 
 
 def _padded(nbytes: int) -> int:
@@ -301,8 +308,10 @@ def build_rowfile(db: RowDB, directory: str, layout: TableLayout,
                   order: np.ndarray | None = None, digest: bytes | None = None) -> str:
     """Write ``layout``'s row file from LMDB atomically, rows in ``order`` (``(num_rows,)
     int64`` permutation; None = identity; ``digest`` its :func:`order_digest` when known);
-    returns its path."""
-    path = rowfile_path(directory, layout)
+    returns its path. Files of the same table for older generations (any order) are deleted
+    after it is in place."""
+    digest = order_digest(order) if digest is None else digest
+    path = rowfile_path(directory, layout, digest)
     folder = os.path.dirname(path)
     os.makedirs(folder, exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -321,8 +330,7 @@ def build_rowfile(db: RowDB, directory: str, layout: TableLayout,
             table = page_crcs.table()
             f.write(table)
             f.seek(0)
-            f.write(_header(layout, data_bytes, zlib.crc32(table),
-                            order_digest(order) if digest is None else digest))
+            f.write(_header(layout, data_bytes, zlib.crc32(table), digest))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -337,7 +345,28 @@ def build_rowfile(db: RowDB, directory: str, layout: TableLayout,
         if isinstance(exc, OSError) and not isinstance(exc, StoreError):
             raise StoreError(f"cannot write SCM row file {path} for table {layout.name!r}: {exc}") from None
         raise
+    _drop_older_generations(folder, layout)
     return path
+
+
+def _drop_older_generations(folder: str, layout: TableLayout) -> None:
+    """Unlink row files of ``layout``'s table whose intact header names an older generation
+    (processes still serving that generation keep their mapping: unlink keeps the inode).
+    Files of the current generation in other orders, and damaged files, are left to whoever
+    opens them."""
+    for name in os.listdir(folder):
+        m = _SIBLING.fullmatch(name)
+        if m is None or int(m.group(1)) != layout.table_id:
+            continue
+        path = os.path.join(folder, name)
+        try:
+            with open(path, "rb") as f:
+                page = f.read(HEADER_BYTES)
+            if (len(page) == HEADER_BYTES and _HEAD_CRC.unpack_from(page, _CRC_AT)[0] == _header_crc(page)
+                    and _HEAD.unpack_from(page)[3] < layout.generation):
+                os.unlink(path)
+        except OSError:
+            pass  # gone already, or unreadable: not ours to judge here
 
 
 class MmapTier(Tier):
@@ -384,8 +413,8 @@ class MmapTier(Tier):
             if rf is not None:
                 rf.close()
                 del self._files[layout.table_id]
-            path = rowfile_path(self._directory, layout)
             order, _, digest = self._order(layout)
+            path = rowfile_path(self._directory, layout, digest)
             rf, why = _open_verified(path, layout, digest)
             if rf is None:
                 self._rebuild(layout, path, order, digest, None if why == _STALE else why)
@@ -440,6 +469,10 @@ class MmapTier(Tier):
         got = (order, pos, order_digest(order))
         self._pos[name] = got
         return got
+
+    def path_of(self, layout: TableLayout) -> str:
+        """The row file this tier reads for ``layout``'s table (in its row order)."""
+        return rowfile_path(self._directory, layout, self._order(layout)[2])
 
     def _positions(self, layout, ids) -> np.ndarray:
         pos = self._order(layout)[1]
