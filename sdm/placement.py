@@ -182,6 +182,8 @@ class Placement:
             arrays[f"pinned_rows_{i}"] = ids
         for i, order in enumerate(self.row_order.values()):
             arrays[f"row_order_{i}"] = order
+        if os.path.isdir(path):
+            raise ConfigError(f"cannot write placement file {path}: it is a directory")
         folder = os.path.dirname(os.path.abspath(path))
         tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         try:
@@ -193,7 +195,7 @@ class Placement:
             fsync_dir(folder)
         except OSError as exc:
             _unlink(tmp)
-            raise ConfigError(f"cannot write placement file {path}: {exc}") from None
+            raise ConfigError(f"cannot write placement file {path}: {exc.strerror or exc}") from None
         except BaseException:
             _unlink(tmp)
             raise
@@ -210,6 +212,8 @@ class Placement:
         if not isinstance(path, (str, os.PathLike)):
             raise ConfigError(f"placement file must be a path, got {type(path).__name__}")
         path = os.fspath(path)
+        if os.path.isdir(path):
+            raise ConfigError(f"no placement file at {path}: it is a directory")
         if not os.path.isfile(path):
             raise ConfigError(f"no placement file at {path}")
         try:

@@ -311,6 +311,9 @@ def replay(trace, config="dram", *, store=None, model: str | None = None, dim: i
     for name, value in (("warmup_batches", warmup_batches), ("max_batches", max_batches), ("seed", seed)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise InvalidArgumentError(f"{name} must be an integer >= 0, got {value!r}")
+    if max_batches == 0:
+        raise InvalidArgumentError("max_batches must be >= 1 (or None: every batch), got 0; "
+                                   "nothing would be measured")
     if model is not None:
         from sdm.model import get_preset
 
@@ -320,6 +323,9 @@ def replay(trace, config="dram", *, store=None, model: str | None = None, dim: i
         raise InvalidArgumentError(f"workdir {os.fspath(workdir)!r} is not a directory")
     tr, owned = _open_trace(trace)
     try:
+        if warmup_batches >= len(tr):
+            raise InvalidArgumentError(f"warmup_batches {warmup_batches} leaves no batch to measure: "
+                                       f"the trace has {len(tr)} batches")
         with tempfile.TemporaryDirectory(prefix="sdm-replay-", dir=workdir) as tmp:
             if store is None:
                 _check_space(tmp, tr.table_sizes, dim, fmt, config)

@@ -11,6 +11,8 @@ import os
 
 import numpy as np
 
+from sdm.errors import InvalidArgumentError
+
 __all__ = ["replay_markdown", "comparison_table", "sweep_markdown", "plot_replay", "plot_sweep",
            "have_matplotlib"]
 
@@ -191,6 +193,10 @@ def plot_sweep(s, path) -> str | None:
     b.set_title("modeled throughput under the SLA")
     b.grid(alpha=0.3)
     b.legend(fontsize=7)
+    if os.path.isdir(path):
+        plt.close(fig)
+        raise InvalidArgumentError(f"cannot write the sweep plot to {os.fspath(path)!r}: it is a "
+                                   f"directory (give a file name like sweep.png)")
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
     return _save(plt, fig, d, os.path.basename(path))
@@ -199,6 +205,6 @@ def plot_sweep(s, path) -> str | None:
 def _save(plt, fig, outdir, name) -> str:
     p = os.path.join(outdir, name)
     fig.tight_layout()
-    fig.savefig(p, dpi=100)
+    fig.savefig(p, dpi=100, format="png")  # exactly at p, even without a .png suffix
     plt.close(fig)
     return p

@@ -31,14 +31,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_name(args) -> str:
+    """``"sdm replay"``, ``"sdm trace gen"``: the command an error line names."""
+    words = ["sdm", args.command]
+    sub = getattr(args, "trace_command", None)
+    if sub:
+        words.append(sub)
+    return " ".join(words)
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not hasattr(args, "func"):
-        parser.print_help()
-        return 2
+        parser.error(f"a command is needed: one of {', '.join(COMMAND_MODULES)} (sdm --help)")
     try:
         return int(args.func(args) or 0)
     except SdmError as exc:  # a user's mistake: one clear line, no traceback
-        print(f"sdm {args.command}: error: {exc}", file=sys.stderr)
+        print(f"{command_name(args)}: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # the system refused (unwritable output, full disk): one line too
+        where = f" {exc.filename!r}" if exc.filename else ""
+        print(f"{command_name(args)}: error: cannot access{where}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    except MemoryError as exc:  # a size the host cannot hold (numpy names the array)
+        print(f"{command_name(args)}: error: out of memory: {exc or 'allocation failed'}", file=sys.stderr)
+        return 1

@@ -122,7 +122,7 @@ def _replay(args) -> int:
     if args.model is not None and args.dim is not None:
         raise InvalidArgumentError("--dim and --model conflict: the model preset fixes the dim")
     result = replay(args.trace, _config(args), store=args.store, model=args.model,
-                    dim=args.dim or DEFAULT_DIM, fmt=args.fmt, io_mode=args.io_mode,
+                    dim=DEFAULT_DIM if args.dim is None else args.dim, fmt=args.fmt, io_mode=args.io_mode,
                     sla_us=DEFAULT_SLA_US if args.sla_us is None else args.sla_us,
                     request_size=args.request_size, warmup_batches=args.warmup,
                     max_batches=args.max_batches, seed=args.seed, progress=_progress(),

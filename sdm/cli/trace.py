@@ -14,7 +14,7 @@ def register(sub) -> None:
     p = sub.add_parser("trace", help="generate, import and describe embedding access traces",
                        description="Embedding access traces (sdm trace files, .npz).")
     tsub = p.add_subparsers(dest="trace_command", metavar="SUBCOMMAND")
-    p.set_defaults(func=lambda args: _usage(p))
+    p.set_defaults(func=lambda args: p.error("a subcommand is needed: gen, import or stats"))
 
     g = tsub.add_parser("gen", help="generate a seeded synthetic trace from a profile",
                         description="Generate a seeded synthetic trace. Profiles: uniform, zipf, "
@@ -81,17 +81,12 @@ def register(sub) -> None:
     s.set_defaults(func=_stats)
 
 
-def _usage(p) -> int:
-    p.print_help()
-    return 2
-
-
 def _need_output(args):
     if not args.output:
         raise ConfigError("an output file is needed: -o FILE")
     d = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(d):
-        raise ConfigError(f"output directory {d!r} does not exist")
+        raise ConfigError(f"output directory {d!r} {_why(d)}")
 
 
 def _gen(args) -> int:
@@ -164,16 +159,18 @@ def _import(args) -> int:
             raise ConfigError(f"{args.kind} imports one file, got {len(args.src)}")
         src = args.src[0]
         bs = args.batch_size
+        default_bs = 2048 if args.kind == "criteo" else 1024
+        bs = default_bs if bs is None else bs
         if args.kind == "dlrm-trace":
-            path = imp.import_dlrm_trace(src, args.output, batch_size=bs or 1024,
+            path = imp.import_dlrm_trace(src, args.output, batch_size=bs,
                                          pooling=args.pooling, compress=args.compress)
         elif args.kind == "dlrm-dist":
             path = imp.import_dlrm_dist(src, args.output, lookups=args.lookups,
-                                        batch_size=bs or 1024, pooling=args.pooling,
+                                        batch_size=bs, pooling=args.pooling,
                                         seed=args.seed, compress=args.compress)
         else:
             path = imp.import_criteo(src, args.output, table_sizes=_sizes(args.table_sizes),
-                                     batch_size=bs or 2048, limit=args.limit,
+                                     batch_size=bs, limit=args.limit,
                                      compress=args.compress, progress=bar)
     return _report(path, time.perf_counter() - t0, args.json, "imported")
 
@@ -185,6 +182,8 @@ def _stats(args) -> int:
     from sdm.trace.stackdist import write_dist_file
 
     with load(args.file) as tr:
+        if not 0 <= args.table < tr.num_tables:
+            raise ConfigError(f"--table {args.table} out of range; the trace has {tr.num_tables} tables")
         st = trace_stats(tr, stack_lookups=args.stack_lookups,
                          progress=not args.json and sys.stderr.isatty())
         dist_path = None
@@ -221,3 +220,15 @@ def _stats(args) -> int:
                   f"rows {ref['max_abs_diff_rows']:.4f}, lookups {ref['max_abs_diff_lookups']:.4f} "
                   f"(batch {ref['worst_batch']})")
     return 0
+
+
+def _why(folder: str) -> str:
+    """Why ``folder`` cannot take an output file: missing, or a file on the way."""
+    probe = folder
+    while probe and not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if probe == folder:
+        return "is a file, not a directory"
+    if probe and not os.path.isdir(probe):
+        return f"does not exist ({probe!r} is a file, not a directory)"
+    return "does not exist"

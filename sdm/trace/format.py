@@ -269,9 +269,13 @@ class TraceWriter:
             index_dtype = np.int64 if wide else np.int32
         self._index_dtype = np.dtype(index_dtype)
         self._tmp = f"{self.path}.tmp-{os.getpid()}"
-        self._zip = zipfile.ZipFile(self._tmp, "w",
-                                    zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED,
-                                    allowZip64=True)
+        try:
+            self._zip = zipfile.ZipFile(self._tmp, "w",
+                                        zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED,
+                                        allowZip64=True)
+        except OSError as exc:
+            raise InvalidArgumentError(f"cannot write a trace to {self.path!r}: "
+                                       f"{exc.strerror or exc}") from None
         self._sizes: list[int] = []
         self._nnz: list[int] = []
         self._max = None

@@ -170,6 +170,8 @@ def _int(value, what: str) -> int:
         out = int(value)
     if out is None:
         raise ConfigError(f"{what} must be an integer, got {value!r}")
+    if not -2**63 <= out < 2**63:
+        raise ConfigError(f"{what} {out} does not fit a 64-bit integer (at most 2**63 - 1)")
     return out
 
 
@@ -235,6 +237,8 @@ def get_profile(name: str = "zipf", *, tables: int | None = None, table_size=Non
         pool = _per_table(pooling, len(pool), "pooling")
     if alpha is not None:
         alphas = _per_table(alpha, len(sizes) or 1, "alpha")
+        if min(alphas) < 0:
+            raise ConfigError(f"alpha (the Zipf exponent) must be >= 0, got {min(alphas):g}")
     if max_rows is not None:
         max_rows = _int(max_rows, "max_rows")
         if max_rows < 1:
@@ -272,6 +276,9 @@ def get_profile(name: str = "zipf", *, tables: int | None = None, table_size=Non
             raise ConfigError(f"dense must be >= 0 features per sample, got {dense}")
         kw["dense"] = dense
     if dist_file is not None:
+        if p.kind != "stack-distance":
+            raise ConfigError(f"a distribution file (--dist) drives the stack-distance profile only, "
+                              f"not {name!r}")
         kw["dist_file"] = os.fspath(dist_file) if isinstance(dist_file, os.PathLike) else str(dist_file)
     prof = replace(p, table_sizes=tuple(int(s) for s in sizes), pooling=tuple(float(x) for x in pool),
                    alpha=tuple(float(a) for a in alphas), **kw)

@@ -231,6 +231,9 @@ def import_dlrm_dist(src, out, *, lookups: int = 1 << 20, batch_size: int = 1024
     lookups (one table, bags of ``pooling``), drawn as the reference generator does."""
     from sdm.trace.generate import generate_to
 
+    for name, value in (("lookups", lookups), ("batch_size", batch_size), ("pooling", pooling)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value < 2**63:
+            raise InvalidArgumentError(f"{name} must be an integer in [1, 2**63 - 1], got {value!r}")
     per = batch_size * pooling
     return generate_to(out, "stack-distance", seed=seed, dist_file=os.fspath(src),
                        batch_size=batch_size, pooling=[pooling], batches=max(1, -(-lookups // per)),
@@ -359,6 +362,8 @@ def import_criteo(src, out, *, table_sizes=None, batch_size: int = 2048, limit: 
     path = _exists(src)
     if batch_size < 1:
         raise InvalidArgumentError(f"batch_size must be >= 1, got {batch_size}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 1):
+        raise InvalidArgumentError(f"limit must be an integer >= 1 (lines to read) or None, got {limit!r}")
     if isinstance(table_sizes, str):
         from sdm.trace.generate import get_profile
 

@@ -11,6 +11,7 @@ and their cumulative probabilities.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -141,10 +142,17 @@ def _parse_line(text: str, lineno: int, path: str, conv, what: str):
     vals = []
     for col, p in enumerate(parts, 1):
         try:
-            vals.append(conv(p))
+            v = conv(p)
         except ValueError:
             raise TraceFormatError(f"{path}: line {lineno}, item {col}: {p!r} is not a valid "
                                    f"{what} value", field=f"line {lineno}", path=path) from None
+        if conv is int and not -2**63 <= v < 2**63:
+            raise TraceFormatError(f"{path}: line {lineno}, item {col}: {p!r} does not fit a 64-bit "
+                                   f"integer (at most 2**63 - 1)", field=f"line {lineno}", path=path)
+        if conv is float and not math.isfinite(v):
+            raise TraceFormatError(f"{path}: line {lineno}, item {col}: {p!r} is not a finite {what}",
+                                   field=f"line {lineno}", path=path)
+        vals.append(v)
     return vals
 
 
