@@ -308,8 +308,10 @@ def replay(trace, config="dram", *, store=None, model: str | None = None, dim: i
             raise SlaError(f"SLA {sla_us:g} us is below {floor_ns / 1e3:g} us, the read latency of the "
                            f"fastest device of hierarchy {config.name!r}; no request rate meets it")
     request_size = check_request_size(request_size)
-    for name, value in (("warmup_batches", warmup_batches), ("max_batches", max_batches), ("seed", seed)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+    for name, value, optional in (("warmup_batches", warmup_batches, False), ("max_batches", max_batches, True),
+                                  ("seed", seed, True)):
+        if (value is not None or not optional) and (isinstance(value, bool) or not isinstance(value, int)
+                                                    or value < 0):
             raise InvalidArgumentError(f"{name} must be an integer >= 0, got {value!r}")
     if max_batches == 0:
         raise InvalidArgumentError("max_batches must be >= 1 (or None: every batch), got 0; "

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -271,6 +272,9 @@ def sweep(trace, *, policies=("lru",), cache_sizes=(64 << 20,), devices=("nand-p
         InvalidArgumentError / ConfigError: an unknown policy or device, a bad size or shape.
         TraceNotFoundError, TraceFormatError: the trace.
     """
+    for name, value in (("policies", policies), ("cache_sizes", cache_sizes), ("devices", devices)):
+        if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+            raise InvalidArgumentError(f"{name} must be a list, got {value!r}")
     policies = list(dict.fromkeys(str(p).lower() for p in policies))
     if not policies:
         raise InvalidArgumentError(f"give at least one policy of {POLICIES}")

@@ -1050,11 +1050,72 @@ def test_fbgemm_npz_with_object_arrays_is_refused(tmp_path):
     assert not marker.exists()
 
 
+# -- replay, sweep, report -------------------------------------------------------------
+
+TINY_TRACE = os.path.join(os.path.dirname(SCENARIO_DIR), "traces", "tiny-zipf.npz")
+
+
+def _replay(trace=TINY_TRACE, config="dram", **kw):
+    from sdm.replay import replay
+
+    return lambda p: replay(trace, config, workdir=str(p), **kw)
+
+
+def _sweep(trace=TINY_TRACE, **kw):
+    from sdm.sweep import sweep
+
+    return lambda p: sweep(trace, **kw)
+
+
+def _report(scenarios=None, replays=(), out=None):
+    from sdm.report import write_report
+
+    return lambda p: write_report(scenarios, replays, out if out is not None else str(p / "out"))
+
+
+RUNS = cases(
+    ("replay-trace-none", _replay(trace=None), E.InvalidArgumentError, ["trace path", "NoneType"]),
+    ("replay-trace-missing", lambda p: _replay(trace=str(p / "no.npz"))(p), tr.TraceNotFoundError, ["no.npz"]),
+    ("replay-config", _replay(config="nvme"), E.ConfigError, ["'nvme'", "sdm-nand"]),
+    ("replay-dim-0", _replay(dim=0), E.InvalidArgumentError, ["dim", "[1, 65536]", "0"]),
+    ("replay-fmt", _replay(fmt="fp64"), E.InvalidArgumentError, ["'fp64'", "int8"]),
+    ("replay-io-mode", _replay(io_mode="turbo"), E.ConfigError, ["'turbo'", "direct"]),
+    ("replay-sla-negative", _replay(sla_us=-1), sdm.replay.SlaError, ["SLA", "-1"]),
+    ("replay-sla-nan", _replay(sla_us=float("nan")), sdm.replay.SlaError, ["SLA", "nan"]),
+    ("replay-request-size", _replay(request_size=-2), E.InvalidArgumentError, ["request_size", "-2"]),
+    ("replay-warmup-none", _replay(warmup_batches=None), E.InvalidArgumentError, ["warmup_batches", "None"]),
+    ("replay-warmup-all", _replay(warmup_batches=10**6), E.InvalidArgumentError, ["warmup_batches", "no batch"]),
+    ("replay-max-batches-0", _replay(max_batches=0), E.InvalidArgumentError, ["max_batches", "0"]),
+    ("replay-model", _replay(model="rm9"), E.ConfigError, ["'rm9'", "rm2"]),
+    ("replay-store-missing", _replay(store="/nonexistent/store"), E.StoreNotFoundError, ["/nonexistent/store"]),
+    ("sweep-policies-none", _sweep(policies=None), E.InvalidArgumentError, ["policies", "None"]),
+    ("sweep-policy", _sweep(policies=["lrux"]), E.InvalidArgumentError, ["'lrux'", "sieve"]),
+    ("sweep-size-0", _sweep(cache_sizes=[0]), E.InvalidArgumentError, ["size 0", "1 byte"]),
+    ("sweep-size-text", _sweep(cache_sizes=["abc"]), E.InvalidArgumentError, ["'abc'", "64M"]),
+    ("sweep-device", _sweep(devices=["floppy"]), E.ConfigError, ["'floppy'", "nand-p4500"]),
+    ("sweep-queue-depth", _sweep(queue_depth=0), E.InvalidArgumentError, ["queue_depth", "[1, 1024]"]),
+    ("sweep-workers", _sweep(workers=0), E.InvalidArgumentError, ["workers", "0"]),
+    ("report-scenario-missing", _report("nope.toml"), E.ConfigError, ["nope.toml", "does not exist"]),
+    ("report-replay-not-json", _report(replays=[os.path.join(SCENARIO_DIR, "README.md")]), E.ConfigError,
+     ["README.md", "not JSON"]),
+    ("report-replay-int", _report(replays=[3]), E.ConfigError, ["replay result", "int"]),
+    ("report-out-under-file", _report(out=os.path.join(SCENARIO_DIR, "README.md", "x")), E.ConfigError,
+     ["README.md", "Not a directory"]),
+)
+
+
+@pytest.mark.parametrize("call, err, words", RUNS)
+def test_replay_sweep_report_calls(tmp_path, call, err, words):
+    check(call, err, words, tmp_path)
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
 def test_corpus_size():
     sizes = {"embedding_bag": len(BAG), "formats": len(FORMATS), "simulate/Cache": len(SIM),
              "TableSpec": len(SPECS), "Store.create/open": len(CREATE), "Store calls": len(STORE),
              "trace.load files": len(BAD_TRACES), "trace calls": len(TRACE_CALLS),
              "trace.generate": len(GENERATE), "load_toml": len(TOMLS), "config calls": len(CONFIG_CALLS),
              "Placement.load files": len(PLACEMENT_FILES), "placement calls": len(PLACEMENT_CALLS),
-             "scenarios": len(SCENARIOS) + len(SCENARIO_CALLS), "load_npz": len(MODELS)}
+             "scenarios": len(SCENARIOS) + len(SCENARIO_CALLS), "load_npz": len(MODELS),
+             "replay/sweep/report": len(RUNS)}
     assert sum(sizes.values()) >= 300, sizes

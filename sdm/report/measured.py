@@ -136,6 +136,9 @@ def load_results(paths) -> list[Measured]:
         elif hasattr(item, "to_json"):  # a ReplayResult / SweepResult of this process
             data = item.to_json()
             label = f"{data.get('config') or 'sweep'} (in-process result)"
+        elif not isinstance(item, (str, os.PathLike)):
+            raise ConfigError(f"a replay result must be a JSON file path, a (label, dict) pair or a "
+                              f"result object, got {type(item).__name__}")
         else:
             label = os.fspath(item)
             try:
