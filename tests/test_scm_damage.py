@@ -235,3 +235,20 @@ def test_damaged_page_found_by_a_direct_read_is_rebuilt_and_read_again(store):
         assert rf.checked[[0, 13]].all()  # the new file's pages, checked as read
     finally:
         s.close()
+
+
+def test_retired_files_release_their_descriptors(store):
+    _, path = read_once(store)
+    s = Session(store)
+    try:
+        s.read([1000], direct=True)  # page 6
+        baseline = len(os.listdir("/proc/self/fd"))
+        for i in range(5):  # damage found by a read: the file is retired, rebuilt, reopened;
+            # alternate pages, as the rebuilt file's retry read checks the page it reads
+            where, row = (("data", 0), ("padding", 1999))[i % 2]
+            damage(path, where)
+            s.read([row], direct=True)
+        assert s.tier.stats()["damage_events"] == 5
+        assert len(os.listdir("/proc/self/fd")) == baseline
+    finally:
+        s.close()

@@ -92,7 +92,7 @@ _STALE = "stale"
 DAMAGE_LOG = 100
 
 
-def rowfile_path(directory: str, layout: TableLayout, digest: bytes = bytes(32)) -> str:
+def rowfile_path(directory: str, layout: TableLayout, digest: bytes = _IDENTITY) -> str:
     """The row file of ``layout``'s table in the row order of SHA-256 ``digest``:
     ``scm/t<id>.rows`` in identity order, ``scm/t<id>-<12 hex digits of digest>.rows`` in
     another, so processes serving one table in different orders do not rebuild each other's
@@ -169,6 +169,7 @@ class _RowFile:
         self.unchecked = pages
         self._check_lock = threading.Lock()
         self.direct_fd: int | None = None
+        self._owns_fds = True  # set last: a half-built one leaves its fd to the opener
 
     def check_positions(self, pos: np.ndarray) -> None:
         """Check every page holding the rows at positions ``pos`` not checked yet (through
@@ -191,15 +192,32 @@ class _RowFile:
                     self.unchecked -= 1
 
     def close(self) -> None:
+        """Release the file now (the tier is closing: no read is in flight)."""
         self.rows = self.data = self.crcs = None
-        # A view still exported by an in-flight read keeps the map alive; the GC closes it.
+        # A view still exported by a caller keeps the map alive; the GC closes it.
         try:
             self.mmap.close()
         except BufferError:
             pass
-        os.close(self.fd)
-        if self.direct_fd is not None:
-            os.close(self.direct_fd)
+        self._close_fds()
+
+    def __del__(self):
+        # A file retired while other threads may still be reading it (replaced after damage,
+        # a publish or an update) is dropped, not closed: closing its descriptors under a
+        # reader could hand the reader another file's descriptor number. They close here,
+        # when the last reader lets go.
+        self._close_fds()
+
+    def _close_fds(self) -> None:
+        if not getattr(self, "_owns_fds", False):
+            return
+        self._owns_fds = False
+        for fd in (self.fd, self.direct_fd):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
 
 def _open_verified(path: str, layout: TableLayout,
@@ -410,8 +428,7 @@ class MmapTier(Tier):
             rf = self._files.get(layout.table_id)
             if rf is not None and rf.layout.generation == layout.generation:
                 return rf
-            if rf is not None:
-                rf.close()
+            if rf is not None:  # another generation: retired (see _RowFile.__del__)
                 del self._files[layout.table_id]
             order, _, digest = self._order(layout)
             path = rowfile_path(self._directory, layout, digest)
@@ -484,12 +501,9 @@ class MmapTier(Tier):
         with self._lock:
             if self._files.get(layout.table_id) is not rf:
                 return  # another thread got here first
-            del self._files[layout.table_id]
-            try:
-                order, _, digest = self._order(layout)
-                self._rebuild(layout, rf.path, order, digest, what)
-            finally:
-                rf.close()
+            del self._files[layout.table_id]  # retired (see _RowFile.__del__)
+            order, _, digest = self._order(layout)
+            self._rebuild(layout, rf.path, order, digest, what)
 
     def _repaired(self, layout, read) -> None:
         """``read(rf)`` on ``layout``'s file; damage it finds (``_Damaged``) is recorded, the
@@ -601,9 +615,7 @@ class MmapTier(Tier):
 
     def invalidate(self, layout):
         with self._lock:
-            rf = self._files.pop(layout.table_id, None)
-        if rf is not None:
-            rf.close()
+            self._files.pop(layout.table_id, None)  # retired (see _RowFile.__del__)
 
     def stats(self):
         """``hits``, ``rebuilds`` (files built: missing, stale or damaged), ``damage_events``
