@@ -163,7 +163,7 @@ class _RowFile:
         n, width = layout.spec.num_rows, layout.spec.row_bytes
         self.rows = np.frombuffer(mm, dtype=np.uint8, count=n * width, offset=HEADER_BYTES).reshape(n, width)
         pages = data_bytes // PAGE_BYTES
-        self.data = np.frombuffer(mm, dtype=np.uint8, count=data_bytes, offset=HEADER_BYTES)
+        self.data = memoryview(mm)[HEADER_BYTES:HEADER_BYTES + data_bytes]
         self.crcs = np.frombuffer(mm, dtype=_PAGE_CRC, count=pages, offset=HEADER_BYTES + data_bytes)
         self.checked = np.zeros(pages, dtype=np.bool_)
         self.unchecked = pages
@@ -178,22 +178,26 @@ class _RowFile:
         per_row = (width + PAGE_BYTES - 2) // PAGE_BYTES + 1  # pages a row can span
         found = np.empty(len(pos) * per_row, dtype=np.int64)
         pages = np.unique(found[:_unchecked_pages(pos, width, self.checked, found)])
-        self.check_pages(pages, lambda p: self.data[p * PAGE_BYTES:(p + 1) * PAGE_BYTES])
+        self.check_pages(pages, self.data, pages * PAGE_BYTES)
 
-    def check_pages(self, pages, page_bytes) -> None:
-        """Check data ``pages`` (page numbers not checked yet), whose bytes ``page_bytes(p)``
-        gives; raises _Damaged at the first that fails its CRC."""
-        for p in pages.tolist() if isinstance(pages, np.ndarray) else pages:
-            if zlib.crc32(page_bytes(p)) != self.crcs[p]:
-                raise _Damaged(f"data page {p} fails its CRC32")
-            with self._check_lock:  # the count must not drop twice for one page
-                if not self.checked[p]:
-                    self.checked[p] = True
-                    self.unchecked -= 1
+    def check_pages(self, pages: np.ndarray, view, starts: np.ndarray) -> None:
+        """Check distinct data ``pages`` whose bytes are ``view[starts[i]:][:4096]``; raises
+        _Damaged at the first that fails its CRC, else marks them checked."""
+        if not len(pages):
+            return
+        got = np.fromiter((zlib.crc32(view[s:s + PAGE_BYTES]) for s in starts.tolist()),
+                          dtype=np.uint32, count=len(pages))
+        bad = np.flatnonzero(got != self.crcs[pages])
+        if len(bad):
+            raise _Damaged(f"data page {int(pages[bad[0]])} fails its CRC32")
+        with self._check_lock:  # the count must not drop twice for one page
+            self.unchecked -= int(np.count_nonzero(~self.checked[pages]))
+            self.checked[pages] = True
 
     def close(self) -> None:
         """Release the file now (the tier is closing: no read is in flight)."""
-        self.rows = self.data = self.crcs = None
+        self.rows = self.crcs = None
+        self.data.release()
         # A view still exported by a caller keeps the map alive; the GC closes it.
         try:
             self.mmap.close()
@@ -296,27 +300,31 @@ def _ordered_rows(db: RowDB, layout: TableLayout, order: np.ndarray):
 
 
 class _PageCrcs:
-    """CRC32s of consecutive 4 KiB pages of a byte stream fed in chunks of any size."""
+    """CRC32s of consecutive 4 KiB pages of a byte stream fed in chunks of any size (staged
+    so pages are hashed from whole buffers: a chunk is one append, a page one crc32 call)."""
+
+    _STAGE = 1 << 20
 
     def __init__(self):
         self.crcs: list[int] = []
-        self.partial = 0  # bytes of the current page seen so far
-        self.crc = 0
+        self.stage = bytearray()
 
     def add(self, chunk) -> None:
-        view = memoryview(chunk).cast("B")
-        while len(view):
-            take = min(PAGE_BYTES - self.partial, len(view))
-            self.crc = zlib.crc32(view[:take], self.crc)
-            self.partial += take
-            view = view[take:]
-            if self.partial == PAGE_BYTES:
-                self.crcs.append(self.crc)
-                self.partial = self.crc = 0
+        self.stage += memoryview(chunk).cast("B")
+        if len(self.stage) >= self._STAGE:
+            self._drain()
+
+    def _drain(self) -> None:
+        full = len(self.stage) // PAGE_BYTES * PAGE_BYTES
+        view = memoryview(self.stage)
+        self.crcs += [zlib.crc32(view[i:i + PAGE_BYTES]) for i in range(0, full, PAGE_BYTES)]
+        view.release()
+        del self.stage[:full]
 
     def table(self) -> bytes:
         """The page table (the stream must have ended on a page boundary), zero padded."""
-        if self.partial:
+        self._drain()
+        if self.stage:
             raise ValueError("page CRCs of a stream that ends mid-page")
         raw = np.asarray(self.crcs, dtype=_PAGE_CRC).tobytes()
         return raw + bytes(_padded(len(raw)) - len(raw))
@@ -584,8 +592,7 @@ class MmapTier(Tier):
         if rf.unchecked:  # file page k of the data is buffer page j: pages[j] == k + 1
             data_pages = pages - HEADER_BYTES // PAGE_BYTES
             todo = np.flatnonzero(~rf.checked[data_pages])
-            index = dict(zip(data_pages[todo].tolist(), todo.tolist()))
-            rf.check_pages(list(index), lambda k: view[index[k] * PAGE_BYTES:(index[k] + 1) * PAGE_BYTES])
+            rf.check_pages(data_pages[todo], view, todo * PAGE_BYTES)
         # Rows spanning pages span consecutive entries of `pages`, so they are contiguous here.
         at = np.searchsorted(pages, offsets // PAGE_BYTES) * PAGE_BYTES + offsets % PAGE_BYTES
         data = np.frombuffer(buf, dtype=np.uint8)
