@@ -15,9 +15,11 @@ import sys
 import lmdb
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import sdm
-from sdm.tiers.lmdb_check import F_BIGDATA, P_BRANCH, P_LEAF, TreeDamage, check_tree
+from sdm.tiers.lmdb_check import F_BIGDATA, P_BRANCH, P_LEAF, TreeDamage, check_tree, check_tree_reference
 
 PAGE = 4096
 SPEC = sdm.TableSpec("t", 20_000, 16)
@@ -81,6 +83,7 @@ def meta_txnid(path) -> tuple[int, int]:
 def test_pristine_store_passes(pristine):
     psize, txnid = meta_txnid(data_file(pristine))
     check_tree(data_file(pristine), psize, txnid)
+    check_tree_reference(data_file(pristine), psize, txnid)
     raw = open(data_file(pristine), "rb").read()
     assert tree_pages(raw, P_BRANCH) and tree_pages(raw, P_LEAF)  # the cases below have targets
 
@@ -132,3 +135,28 @@ def test_branch_child_inside_the_file_pointing_at_itself_is_damage(pristine, tmp
     proc = damaged_open(pristine, tmp_path, _set_branch_child)
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "CorruptStoreError" in proc.stderr.strip().splitlines()[-1]
+
+
+def _verdict(check, path, psize, txnid):
+    try:
+        check(path, psize, txnid)
+        return "ok"
+    except TreeDamage:
+        return "damage"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_kernel_walk_agrees_with_the_reference(pristine, tmp_path, data):
+    """Random byte damage on the live tree pages: the Numba walk and the recursive reference
+    reach the same verdict."""
+    raw = bytearray(open(data_file(pristine), "rb").read())
+    psize, txnid = meta_txnid(data_file(pristine))
+    pages = sorted(set(tree_pages(raw, P_BRANCH)) | set(tree_pages(raw, P_LEAF)))
+    for _ in range(data.draw(st.integers(1, 3))):
+        page = data.draw(st.sampled_from(pages))
+        at = page * PAGE + data.draw(st.integers(0, PAGE - 1))
+        raw[at] ^= data.draw(st.integers(1, 255))
+    path = tmp_path / "data.mdb"
+    path.write_bytes(bytes(raw))
+    assert _verdict(check_tree, str(path), psize, txnid) == _verdict(check_tree_reference, str(path), psize, txnid)
