@@ -25,8 +25,14 @@ from __future__ import annotations
 import numpy as np
 
 from sdm._jit import jit
+from sdm.kernels.bag import prefetch_row
+from sdm.kernels.hashmap import _home
 from sdm.kernels.policies import NEVER, access_one
 
+
+# Keys ahead whose hash-map entry is prefetched: a probe of a cache this size is a cache miss
+# per key, so the next keys' entries are fetched while this one's policy work runs.
+_PREFETCH_KEYS = 8
 
 # counters of probe_batch
 C_HITS, C_MISSES, C_REJECTED, C_PREFETCH_USED, C_PREFETCH_WASTED = range(5)
@@ -63,8 +69,12 @@ def probe_batch(ids, key_base, st, adm, slots, capacity, slot_epoch, slot_owner,
         The number of scratch rows used.
     """
     pins = st[11]
+    index = st[2]  # the policy's key -> slot hash map
     scratch = capacity
-    for j in range(ids.shape[0]):
+    n = ids.shape[0]
+    for j in range(n):
+        if j + _PREFETCH_KEYS < n:
+            prefetch_row(index, 2 * _home(index, key_base | ids[j + _PREFETCH_KEYS]), 16)  # key, value
         hit, s, _ = access_one(st, adm, key_base | ids[j], NEVER)
         if hit:
             counters[C_HITS] += 1
