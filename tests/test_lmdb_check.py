@@ -11,6 +11,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import time
 
 import lmdb
 import numpy as np
@@ -115,6 +116,17 @@ def _set_branch_child(raw: bytearray, pgno: int | None = None) -> bytearray:
     return raw
 
 
+def _set_overflow_span(raw: bytearray) -> bytearray:
+    """An overflow value that starts on the file's last page and claims 16 MiB: LMDB bounds
+    the page number but not the pages the value spans, so reading it would fault past the
+    end of the file (SIGBUS) without the check."""
+    node = next(at for nodes in tree_pages(raw, P_LEAF).values() for at, nflags in nodes if nflags & F_BIGDATA)
+    ksize = struct.unpack_from("<H", raw, node + 6)[0]
+    struct.pack_into("<Q", raw, node + 8 + ksize, len(raw) // PAGE - 1)
+    struct.pack_into("<HH", raw, node, 0, 0x100)  # data size lo, hi: 16 MiB
+    return raw
+
+
 @pytest.mark.parametrize("patch, words", [
     (lambda raw: _set_overflow(raw, len(raw) // PAGE + 1000), "past the file"),
     (lambda raw: _set_overflow(raw, 2**40), "past the file"),
@@ -122,7 +134,10 @@ def _set_branch_child(raw: bytearray, pgno: int | None = None) -> bytearray:
     (lambda raw: _set_overflow(raw, len(raw) // PAGE - 1), "checksum mismatch"),
     (lambda raw: _set_branch_child(raw, len(raw) // PAGE + 5), "outside the file"),
     (lambda raw: _set_branch_child(raw, 2**47), "outside the file"),
-], ids=["overflow-past-end", "overflow-huge", "overflow-last-page", "branch-child-past-end", "branch-child-huge"])
+    (_set_overflow_span, "past the file"),
+    (lambda raw: _set_overflow(raw, 2**63 - 1), "past the file"),  # first + need wraps int64
+], ids=["overflow-past-end", "overflow-huge", "overflow-last-page", "branch-child-past-end", "branch-child-huge",
+        "overflow-spans-past-end", "overflow-at-int64-max"])
 def test_page_numbers_past_the_file_are_reported_not_fatal(pristine, tmp_path, patch, words):
     proc = damaged_open(pristine, tmp_path, patch)
     assert proc.returncode == 1, f"exit {proc.returncode}\n{proc.stderr[-2000:]}"
@@ -160,3 +175,49 @@ def test_kernel_walk_agrees_with_the_reference(pristine, tmp_path, data):
     path = tmp_path / "data.mdb"
     path.write_bytes(bytes(raw))
     assert _verdict(check_tree, str(path), psize, txnid) == _verdict(check_tree_reference, str(path), psize, txnid)
+
+
+def test_overflow_number_near_int64_max_is_damage_in_both_walks(pristine, tmp_path):
+    raw = _set_overflow(bytearray(open(data_file(pristine), "rb").read()), 2**63 - 1)
+    path = tmp_path / "data.mdb"
+    path.write_bytes(bytes(raw))
+    psize, txnid = meta_txnid(data_file(pristine))
+    assert _verdict(check_tree, str(path), psize, txnid) == "damage"
+    assert _verdict(check_tree_reference, str(path), psize, txnid) == "damage"
+
+
+def _update_forever(path, stop):
+    rng = np.random.default_rng(0)
+    with sdm.Store.open(path) as store:
+        while not stop.is_set():
+            store.update_rows("t", rng.choice(200_000, 3, replace=False),
+                              rng.standard_normal((3, 16)).astype(np.float32))
+
+
+def test_checks_while_another_process_commits_see_no_damage(tmp_path):
+    """The check walks a read transaction's snapshot: a writer committing meanwhile (reusing
+    freed pages, overwriting the older meta page) never makes a healthy store look damaged.
+    (Walking the newest meta without a reader held failed ~1 in 750 checks here.)"""
+    import multiprocessing
+
+    from sdm.tiers.lmdb import check_snapshot
+
+    store = tmp_path / "store"
+    with sdm.Store.create(store, [sdm.TableSpec("t", 200_000, 16)]) as s:
+        s.write_table("t", np.zeros((200_000, 16), np.float32))
+    ctx = multiprocessing.get_context("spawn")
+    stop = ctx.Event()
+    writer = ctx.Process(target=_update_forever, args=(str(store), stop))
+    writer.start()
+    env = lmdb.open(os.path.dirname(data_file(store)), readonly=True, lock=True, map_size=1 << 40)
+    try:
+        checks, deadline = 0, time.monotonic() + 4.0
+        while time.monotonic() < deadline:
+            check_snapshot(env, data_file(store), PAGE)  # raises TreeDamage on a false alarm
+            checks += 1
+        commits = env.info()["last_txnid"]
+    finally:
+        env.close()
+        stop.set()
+        writer.join(30)
+    assert writer.exitcode == 0 and commits > 50 and checks > 500

@@ -252,3 +252,18 @@ def test_retired_files_release_their_descriptors(store):
         assert len(os.listdir("/proc/self/fd")) == baseline
     finally:
         s.close()
+
+
+def test_direct_reads_use_the_mapped_file_even_after_another_process_rebuilt_its_path(store):
+    """A reader's O_DIRECT descriptor is opened on the file it mapped, not on the path, which
+    may name a newer generation's file by the time of its first direct read."""
+    reader = Session(store)
+    try:
+        reader.read([0])  # maps the generation-1 file
+        with sdm.Store.open(store, config="sdm-nand") as writer:  # publishes generation 2 and
+            writer.write_table("t", rows_of(SPEC, seed=1))         # rebuilds the file at the path
+            writer.lookup("t", [0])
+        stats = reader.read([5, 1999], direct=True)  # generation-1 rows, checked against gen-1 CRCs
+        assert stats["damage_events"] == 0 and stats["damage"] == []
+    finally:
+        reader.close()

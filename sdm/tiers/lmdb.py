@@ -35,7 +35,7 @@ import numpy as np
 
 from sdm.errors import CorruptStoreError, StoreError
 from sdm.manifest import CHECKSUM_BYTES, LMDB_PAGE_BYTES, LMDB_VALUE_BYTES, TableLayout
-from sdm.tiers.lmdb_check import TreeDamage, check_tree
+from sdm.tiers.lmdb_check import MetaGone, TreeDamage, check_tree
 from sdm.tiers.base import Tier
 
 __all__ = ["RowDB", "LmdbTier", "LMDB_DIRNAME"]
@@ -45,6 +45,7 @@ _KEY = struct.Struct(">IIQ")
 _CRC = struct.Struct("<I")
 MAP_SIZE = 1 << 40  # address space only; the file grows with the data
 COMMIT_BYTES = 32 << 20  # rows per write transaction, bounding a writer's dirty pages
+_TREE_CHECK_TRIES = 8
 
 
 # py-lmdb allows one Environment per path per process; stores opened twice share it.
@@ -82,6 +83,21 @@ def _release_env(path: str) -> None:
         if entry[1] == 0:
             del _ENVS[key]
             entry[0].close()
+
+
+def check_snapshot(env: lmdb.Environment, data_path: str, psize: int) -> None:
+    """:func:`check_tree` on the snapshot of a read transaction: while it is held, no writer
+    (in any process) reuses its pages. A writer that commits twice meanwhile overwrites its
+    meta page (LMDB keeps two), so its root is gone: the walk retries on a newer snapshot.
+    Raises TreeDamage."""
+    for _ in range(_TREE_CHECK_TRIES):
+        with env.begin() as txn:
+            try:
+                check_tree(data_path, psize, txn.id())
+                return
+            except MetaGone:
+                continue
+    raise TreeDamage(f"no meta page names the current transaction ({_TREE_CHECK_TRIES} tries)")
 
 
 def block_key(generation: int, table_id: int, block: int) -> bytes:
@@ -196,8 +212,9 @@ class RowDB:
                                     table=table) from None
 
     def _check_size(self) -> None:
-        # A truncated data file, or a damaged page number pointing past its end, would fault
-        # (SIGBUS) on the first read that follows it: refuse both before LMDB walks the trees.
+        # A truncated data file, or a damaged value reference running past its end, would
+        # fault (SIGBUS) on the first read that follows it: refuse both before LMDB walks the
+        # trees.
         info = self.env.info()
         psize = self.env.stat()["psize"]
         need = (info["last_pgno"] + 1) * psize
@@ -207,7 +224,7 @@ class RowDB:
                 f"row database {self.data_path} is truncated: {have} bytes, its pages need {need}",
                 path=self.data_path)
         try:
-            check_tree(self.data_path, psize, info["last_txnid"])
+            check_snapshot(self.env, self.data_path, psize)
         except TreeDamage as exc:
             raise CorruptStoreError(f"row database {self.data_path} is damaged: {exc}",
                                     path=self.data_path) from None

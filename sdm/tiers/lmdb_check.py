@@ -1,11 +1,13 @@
 """A structural check of an LMDB data file's B-trees before LMDB is trusted to walk them.
 
-LMDB follows page numbers it finds on disk without bounds checks: a damaged branch entry or
-overflow reference that points past the end of ``data.mdb`` makes the next read touch a
-mapped page with no file behind it, and the process dies of SIGBUS. Checksums on values
-cannot help (the fault comes first), so when a store opens, the live trees (the main DB and
-the free-page DB of the current meta page) are walked here, checking every page number, page
-header and node bounds against the file. A bad one is reported as damage instead of a crash.
+LMDB (0.9.36) refuses a page number past its last page, but not a value that runs past it: a
+leaf node whose damaged size makes its overflow pages extend beyond the end of ``data.mdb``
+makes the next read of it touch a mapped page with no file behind it, and the process dies
+of SIGBUS. Checksums on values cannot help (the fault comes first), so when a store opens,
+the live trees (the main DB and the free-page DB of a read snapshot's meta page) are walked
+here, checking every page number, page header, node bound and value extent against the
+file. A bad one is reported as damage instead of a crash. The caller holds a read
+transaction for the walk, so no writer reuses the snapshot's pages meanwhile.
 Only the tree pages are read (branch and leaf pages, ~1-2% of a store of 4 KiB blocks), never
 the overflow pages that hold the rows: a reference to them is checked to lie inside the
 file, and what they hold is the values' checksums' business.
@@ -56,6 +58,12 @@ _MAX_DEPTH = 64
 
 class TreeDamage(Exception):
     """What is wrong with the file's trees (internal: the caller names the file)."""
+
+
+class MetaGone(TreeDamage):
+    """Neither meta page names the transaction asked for: damage, or (when a writer may be
+    running) a meta page a later commit has overwritten; the caller can retry on a newer
+    snapshot."""
 
 
 def check_tree(path: str, psize: int, txnid: int) -> None:
@@ -114,7 +122,7 @@ class _Walk:
         meta = next((m for m in metas if _META.unpack_from(m, 16)[0] == _MAGIC
                      and _PGNO.unpack_from(m, _TXNID_AT)[0] == txnid), None)
         if meta is None:
-            raise TreeDamage(f"no meta page holds transaction {txnid}")
+            raise MetaGone(f"no meta page holds transaction {txnid}")
         last = _PGNO.unpack_from(meta, _LAST_PG_AT)[0]
         if last >= self.pages:
             raise TreeDamage(f"the meta page's last page {last} is past the file's {self.pages} pages")
@@ -295,7 +303,7 @@ def _walk(buf, psize, limit, root, free, max_depth, info):
                     return _REF
                 first = _u64(buf, base + end)
                 need = (size + 16 + psize - 1) // psize
-                if first < 0 or first + need > limit:
+                if first < 0 or first > limit - need:  # not first + need: it may wrap
                     info[2] = need
                     info[3] = first
                     return _OVERFLOW

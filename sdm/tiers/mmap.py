@@ -2,7 +2,8 @@
 
 The row file is derived from the LMDB durable copy and rebuildable at any time::
 
-    scm/t<table_id>.rows
+    scm/t<table_id>.rows (identity order) or scm/t<table_id>-<12 hex digits>.rows (a row
+    order, named by its SHA-256)
         [0, 4096)        header: magic, version, table id, generation, num_rows, row_bytes,
                          data bytes, CRC32 of the page-checksum table, SHA-256 of the row
                          order (zeros for identity order), CRC32 of the whole header page
@@ -563,8 +564,10 @@ class MmapTier(Tier):
         if rf.direct_fd is None:
             with self._lock:
                 if rf.direct_fd is None:
+                    # Through the open descriptor, not the path: the path may name a newer
+                    # file by now (another process rebuilt it), the descriptor the mapped one.
                     try:
-                        rf.direct_fd = os.open(rf.path, os.O_RDONLY | os.O_DIRECT)
+                        rf.direct_fd = os.open(f"/proc/self/fd/{rf.fd}", os.O_RDONLY | os.O_DIRECT)
                     except OSError as exc:
                         raise StoreError(f"cannot open {rf.path} with O_DIRECT: {exc}") from None
         width = layout.spec.row_bytes
