@@ -38,7 +38,7 @@ from sdm.manifest import CHECKSUM_BYTES, LMDB_PAGE_BYTES, LMDB_VALUE_BYTES, Tabl
 from sdm.tiers.lmdb_check import MetaGone, TreeDamage, check_tree
 from sdm.tiers.base import Tier
 
-__all__ = ["RowDB", "LmdbTier", "LMDB_DIRNAME"]
+__all__ = ["RowDB", "LmdbTier", "LMDB_DIRNAME", "check_snapshot"]
 
 LMDB_DIRNAME = "rows.lmdb"
 _KEY = struct.Struct(">IIQ")

@@ -35,7 +35,7 @@ import numpy as np
 
 from sdm._jit import jit
 
-__all__ = ["check_tree", "check_tree_reference", "TreeDamage"]
+__all__ = ["check_tree", "check_tree_reference", "TreeDamage", "MetaGone"]
 
 _PAGE = struct.Struct("<QHHHH")  # pgno, pad, flags, lower, upper
 _PAGE_HEADER = 16
