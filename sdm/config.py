@@ -252,22 +252,30 @@ def _build(cls, data: dict, where: str):
         raise ConfigError(f"{where}: {exc}") from None
 
 
-def load_toml(path) -> HierarchyConfig:
-    """Read a hierarchy from a TOML file (layout in this module's docstring)."""
+def read_toml(path, what: str) -> tuple[str, dict]:
+    """``(path as text, its TOML table)``; ConfigError naming ``what`` and the path for a
+    non-path, a missing or unreadable file, or text that is not UTF-8 TOML."""
     if not isinstance(path, (str, os.PathLike)):
-        raise ConfigError(f"config file must be a path, got {type(path).__name__}")
+        raise ConfigError(f"{what} must be a path, got {type(path).__name__}")
     path = os.fspath(path)
     try:
         with open(path, "rb") as f:
-            data = tomllib.load(f)
+            return path, tomllib.load(f)
     except FileNotFoundError:
-        raise ConfigError(f"config file {path!r} does not exist") from None
+        raise ConfigError(f"{what} {path!r} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{what} {path!r} cannot be read: it is a directory") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path!r} is not valid TOML: {exc}") from None
+        raise ConfigError(f"{what} {path!r} is not valid TOML: {exc}") from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"config file {path!r} is not UTF-8 text: {exc}") from None
-    except (OSError, ValueError) as exc:  # a directory, no permission, a NUL in the path
-        raise ConfigError(f"config file {path!r} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+        raise ConfigError(f"{what} {path!r} is not UTF-8 text: {exc}") from None
+    except (OSError, ValueError) as exc:  # no permission, a NUL in the path
+        raise ConfigError(f"{what} {path!r} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def load_toml(path) -> HierarchyConfig:
+    """Read a hierarchy from a TOML file (layout in this module's docstring)."""
+    path, data = read_toml(path, "config file")
     data.setdefault("name", os.path.splitext(os.path.basename(path))[0])
     tiers = data.get("tiers", [])
     if not isinstance(tiers, list) or not all(isinstance(t, dict) for t in tiers):

@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from sdm.config import HierarchyConfig, resolve_config
 from sdm.errors import (
-    CorruptStoreError, InvalidArgumentError, ReadOnlyError, StoreError, StoreExistsError,
+    InvalidArgumentError, ReadOnlyError, StoreError, StoreExistsError,
     StoreNotFoundError, UnknownTableError,
 )
 from sdm.formats import dequantize_rows, quantize_rows

@@ -11,10 +11,8 @@ all appear in the message.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import zipfile
 
 import numpy as np
 import pytest
@@ -28,25 +26,11 @@ from sdm.placement import Placement, plan
 from sdm.policies import Cache
 from sdm.prefetch import Lookahead
 from sdm.report import load_scenario
+from test_store_errors import tree_digest  # every file's bytes under a store
 
 E = errors
 TABLE = np.arange(40, dtype=np.float32).reshape(10, 4)
 OFF = np.array([0, 1])
-
-
-def tree_digest(path) -> str:
-    """A digest of every file's name and bytes under ``path`` except LMDB's lock file
-    (mirrors tests/test_store_errors.py)."""
-    h = hashlib.sha256()
-    for root, _, files in sorted(os.walk(path)):
-        for name in sorted(files):
-            if name == "lock.mdb":
-                continue
-            full = os.path.join(root, name)
-            h.update(full.encode())
-            with open(full, "rb") as f:
-                h.update(f.read())
-    return h.hexdigest()
 
 
 def check(call, err, words, ctx=None):

@@ -10,13 +10,32 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from sdm import __version__
-from sdm.errors import SdmError
+from sdm.errors import ConfigError, SdmError
 
 # Modules of sdm.cli that define commands, in the order `sdm --help` lists them.
 COMMAND_MODULES = ("run", "replay", "trace", "place", "report", "devices")
+
+
+def check_output_folder(path) -> None:
+    """ConfigError unless the folder an output file ``path`` goes into exists; the message
+    says whether it is missing or a file stands in its way."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(folder):
+        return
+    probe = folder
+    while probe and not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if probe == folder:
+        why = "is a file, not a directory"
+    elif probe and not os.path.isdir(probe):
+        why = f"does not exist ({probe!r} is a file, not a directory)"
+    else:
+        why = "does not exist"
+    raise ConfigError(f"output directory {folder!r} {why}")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,6 +6,7 @@ import json
 import os
 import re
 
+from sdm.cli import check_output_folder
 from sdm.errors import ConfigError
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
@@ -49,9 +50,7 @@ def _run(args) -> int:
     from sdm.store import Store
 
     dram = parse_bytes(args.dram_bytes)
-    folder = os.path.dirname(os.path.abspath(args.output))
-    if not os.path.isdir(folder):
-        raise ConfigError(f"output directory {folder!r} {_why(folder)}")
+    check_output_folder(args.output)
     with Store.open(args.store, readonly=True) as store:
         tables = store.tables
     layout = None if args.layout == "none" else args.layout
@@ -96,14 +95,3 @@ def _size(n: int) -> str:
             return f"{n / div:.1f} {unit}"
     return f"{n} B"
 
-
-def _why(folder: str) -> str:
-    """Why ``folder`` cannot take an output file: missing, or a file on the way."""
-    probe = folder
-    while probe and not os.path.exists(probe):
-        probe = os.path.dirname(probe)
-    if probe == folder:
-        return "is a file, not a directory"
-    if probe and not os.path.isdir(probe):
-        return f"does not exist ({probe!r} is a file, not a directory)"
-    return "does not exist"

@@ -7,6 +7,7 @@ import os
 import sys
 import time
 
+from sdm.cli import check_output_folder
 from sdm.errors import ConfigError
 
 
@@ -84,9 +85,7 @@ def register(sub) -> None:
 def _need_output(args):
     if not args.output:
         raise ConfigError("an output file is needed: -o FILE")
-    d = os.path.dirname(os.path.abspath(args.output))
-    if not os.path.isdir(d):
-        raise ConfigError(f"output directory {d!r} {_why(d)}")
+    check_output_folder(args.output)
 
 
 def _gen(args) -> int:
@@ -221,14 +220,3 @@ def _stats(args) -> int:
                   f"(batch {ref['worst_batch']})")
     return 0
 
-
-def _why(folder: str) -> str:
-    """Why ``folder`` cannot take an output file: missing, or a file on the way."""
-    probe = folder
-    while probe and not os.path.exists(probe):
-        probe = os.path.dirname(probe)
-    if probe == folder:
-        return "is a file, not a directory"
-    if probe and not os.path.isdir(probe):
-        return f"does not exist ({probe!r} is a file, not a directory)"
-    return "does not exist"

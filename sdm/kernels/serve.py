@@ -22,8 +22,6 @@ slot serves which id of the current batch; ``epoch`` changes every call.
 
 from __future__ import annotations
 
-import numpy as np
-
 from sdm._jit import jit
 from sdm.kernels.bag import prefetch_row
 from sdm.kernels.hashmap import _home

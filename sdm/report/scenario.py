@@ -66,9 +66,9 @@ from __future__ import annotations
 
 import math
 import os
-import tomllib
 from dataclasses import dataclass, field
 
+from sdm.config import read_toml
 from sdm.devices import DEVICES
 from sdm.errors import ConfigError
 from sdm.formats import ROW_FORMATS, row_bytes
@@ -350,20 +350,7 @@ def load_scenario(path) -> Scenario:
         out of range, unknown, or naming an unknown device / model preset; the message names
         the field.
     """
-    if not isinstance(path, (str, os.PathLike)):
-        raise ConfigError(f"scenario file must be a path, got {type(path).__name__}")
-    path = os.fspath(path)
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"scenario file {path!r} does not exist") from None
-    except IsADirectoryError:
-        raise ConfigError(f"scenario file {path!r} is a directory") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"scenario file {path!r} is not valid TOML: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"scenario file {path!r} is not UTF-8 text: {exc}") from None
+    path, data = read_toml(path, "scenario file")
     data.setdefault("name", os.path.splitext(os.path.basename(path))[0])
     return scenario_from_dict(data, path=path)
 

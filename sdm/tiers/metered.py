@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 import time
 
-import numpy as np
 
 from sdm.clock import SimClock, wait_until_ns
 from sdm.devices import DeviceSpec, count_blocks, get_device

@@ -9,7 +9,6 @@ that bin. Counts are summed over batches before taking shares.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
