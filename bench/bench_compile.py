@@ -7,9 +7,12 @@ used nor disturbed):
    + run) against a second call (run only); their difference is the compile time.
 2. **warm**: the cache the cold run wrote. Reports the same, and the time from interpreter
    start to the first pooled result: what a server restart pays.
-3. **stale check** (``--check-stale``): copies ``sdm`` to a temp dir, warms its cache, edits
-   the fp32 kernel (its result gains +1) and runs again: the edited kernel must run, not the
-   cached one. Numba keys the cache index on the source file's mtime and size.
+3. **stale check** (``--check-stale``): copies ``sdm`` to a temp dir and warms its cache; then
+   (a) edits the fp32 kernel (its result gains +1): the edited kernel must run, not the
+   cached one; (b) edits the hash map's Fibonacci hash in ``kernels/hashmap.py``: the policy
+   kernels of ``kernels/policies.py``, which inline it, must be recompiled (cache misses),
+   not loaded. Every sdm kernel's cache is stamped with a digest of the whole package
+   (:func:`sdm.kernels.jit.source_digest`).
 
 Run::
 
@@ -62,6 +65,13 @@ t = time.perf_counter()
 unique_inverse(ids)
 res["dedup/int64"] = (first, time.perf_counter() - t)
 res["first_result_s"] = first_result
+import numba
+import sdm.kernels.policies as policy_kernels
+keys = rng.zipf(1.2, 20000).astype(np.int64)
+res["sim_misses"] = int(sdm.simulate(keys, policy="lru", capacity=100).misses)
+disp = [v for v in vars(policy_kernels).values() if isinstance(v, numba.core.dispatcher.Dispatcher)]
+res["policy_cache"] = {k: sum(sum(getattr(d.stats, "cache_" + k).values()) for d in disp)
+                       for k in ("hits", "misses")}
 print(json.dumps(res))
 """
 
@@ -91,8 +101,9 @@ def check_stale(tmp: str) -> bool:
     shutil.copytree(os.path.join(ROOT, "sdm"), os.path.join(root, "sdm"),
                     ignore=shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc"))
     cache = os.path.join(tmp, "cache-stale")
-    before = run_child(cache, root)["checksum"]
-    again = run_child(cache, root)["checksum"]  # from the cache
+    first = run_child(cache, root)
+    before, before_sim = first["checksum"], first["sim_misses"]
+    again = run_child(cache, root)  # from the cache
     path = os.path.join(root, "sdm", "kernels", "bag.py")
     src = open(path).read()
     marker = "out[b, np.uint64(j0 + j)] = wide[j] * inv\n"
@@ -103,11 +114,28 @@ def check_stale(tmp: str) -> bool:
     src = src.replace(marker, "out[b, np.uint64(j0 + j)] = wide[j] * inv + np.float32(1.0)\n", 1)
     with open(path, "w") as f:
         f.write(src)
-    after = run_child(cache, root)["checksum"]
-    ok = before == again and abs(after - (before + 1.0)) < 1e-4
-    print(f"\nstale check: result {before:.5f}, from cache {again:.5f}, after editing the kernel "
-          f"{after:.5f} (expected {before + 1:.5f}): {'OK, edit picked up' if ok else 'STALE'}")
-    return ok
+    edited = run_child(cache, root)
+    after = edited["checksum"]
+    ok = before == again["checksum"] and abs(after - (before + 1.0)) < 1e-4
+    print(f"\nstale check: result {before:.5f}, from cache {again['checksum']:.5f}, after editing the "
+          f"kernel {after:.5f} (expected {before + 1:.5f}): {'OK, edit picked up' if ok else 'STALE'}")
+    path = os.path.join(root, "sdm", "kernels", "hashmap.py")
+    src = open(path).read()
+    marker = "* _GOLDEN) >> np.uint64(32))"
+    if marker not in src:
+        print("stale check: marker not found in hashmap.py; skipped")
+        return False
+    with open(path, "w") as f:
+        f.write(src.replace(marker, "* _GOLDEN) >> np.uint64(31))"))  # another valid hash
+    warm = run_child(cache, root)  # the bag edit is cached by now; only the hash map changed
+    rebuilt = run_child(cache, root)
+    ok_map = (again["policy_cache"]["misses"] == 0 and warm["policy_cache"]["misses"] > 0
+              and rebuilt["policy_cache"]["misses"] == 0 and warm["sim_misses"] == before_sim)
+    print(f"stale check: policy kernels after editing hashmap.py: {warm['policy_cache']} (before: "
+          f"{again['policy_cache']}, next run {rebuilt['policy_cache']}); simulate misses "
+          f"{warm['sim_misses']} (before {before_sim}): "
+          f"{'OK, recompiled' if ok_map else 'STALE: served the old hash map'}")
+    return ok and ok_map
 
 
 def main(argv=None) -> int:

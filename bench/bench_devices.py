@@ -35,11 +35,11 @@ import time
 import numpy as np
 
 import sdm
-from sdm.clock import SimClock
-from sdm.manifest import Manifest
+from sdm.tiers.clock import SimClock
+from sdm.tiers.manifest import Manifest
 from sdm.tiers import Metered, MmapTier
 from sdm.tiers.lmdb import RowDB
-from sdm.tiers.mmap import rowfile_path
+from sdm.tiers.rowfile import rowfile_path
 
 QDS = (1, 4, 16, 64)
 ROW_BYTES = 64  # int8 rows of dim 56: divides every device block, so no row straddles

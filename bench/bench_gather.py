@@ -6,7 +6,7 @@ ranks scattered over the table by a fixed permutation, so hot rows are not neigh
 1 and 2 threads. Peers in the same process, interleaved call by call:
 
 * ``sdm-<fmt>``: ``sdm.embedding_bag`` (validates, allocates its output), ``sdm-fp32-pool``:
-  the internal ``sdm.pooling.pool`` fast path the store calls (no checks, caller's ``out``),
+  the internal ``sdm.kernels.pooling.pool`` fast path the store calls (no checks, caller's ``out``),
 * ``numpy``: ``take`` + ``add.reduceat`` (the obvious vectorized reference),
 * ``torch``: ``torch.nn.functional.embedding_bag(mode="sum")`` (FBGEMM on CPU),
 * ``torch-int8``: ``torch.ops.quantized.embedding_bag_byte_rowwise_offsets`` over a table
@@ -45,7 +45,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import sdm  # noqa: E402
 from sdm.kernels.dedup import unique_inverse  # noqa: E402
-from sdm.pooling import pool  # noqa: E402
+from sdm.kernels.pooling import pool  # noqa: E402
 
 try:
     import torch

@@ -44,11 +44,11 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import sdm  # noqa: E402
-from sdm.config import HierarchyConfig, TierConfig, with_options  # noqa: E402
+from sdm.store.config import HierarchyConfig, TierConfig, with_options  # noqa: E402
 from sdm.kernels.dedup import unique_inverse  # noqa: E402
-from sdm.placement import plan  # noqa: E402
-from sdm.pooling import pool  # noqa: E402
-from sdm.prefetch import Lookahead  # noqa: E402
+from sdm.replay.planner import plan  # noqa: E402
+from sdm.kernels.pooling import pool  # noqa: E402
+from sdm.store.prefetch import Lookahead  # noqa: E402
 from sdm.trace.generate import PROFILES, GeneratedTrace  # noqa: E402
 
 DIM = 64
@@ -197,7 +197,7 @@ def section_all_hit(path, batches, arrays, reps, policy="lru") -> list[str]:
         for b in batches:  # warm: every row the batches touch is now cached
             store.embedding_bags(b)
         misses = store.stats()["tiers"][0]["misses"]
-        cache = store._hierarchy._cache
+        cache = store._hierarchy._cache.inner
         plans = []  # the data plane alone: pooling from slots through planned pointers
         for b in batches:
             for name, (ids, offsets) in b.items():

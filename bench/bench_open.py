@@ -26,7 +26,7 @@ import lmdb
 import numpy as np
 
 import sdm
-from sdm.manifest import Manifest
+from sdm.tiers.manifest import Manifest
 from sdm.tiers import MmapTier
 from sdm.tiers.lmdb import RowDB
 from sdm.tiers.lmdb_check import check_tree

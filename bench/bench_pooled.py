@@ -9,7 +9,7 @@ random ids per candidate and do not repeat. One batch = ``--requests`` requests,
 Contenders, in one process, on the same fp32 rows, interleaved batch by batch (order rotating):
 
 * ``direct``: ``sdm.embedding_bag`` on every table, every bag pooled.
-* ``pooled-cache (user tables)``: user-side tables through one :class:`sdm.pooled.PooledCache`
+* ``pooled-cache (user tables)``: user-side tables through one :class:`sdm.store.pooled.PooledCache`
   (misses pooled with ``sdm.embedding_bag``), item-side tables direct: what a caller that
   routes only repeat-prone features does.
 * ``pooled-cache (all tables)``: every table through the cache, item-side ones included (the
@@ -43,7 +43,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import sdm  # noqa: E402
-from sdm.pooled import PooledCache  # noqa: E402
+from sdm.store.pooled import PooledCache  # noqa: E402
 
 
 def zipf_ranks(rng, n_items: int, size: int, alpha: float) -> np.ndarray:

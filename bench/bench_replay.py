@@ -1,6 +1,6 @@
 """Replay speed: live-store replay (data plane) per preset and sweep points (control plane).
 
-Replay: one store is built for the trace (dim 64 fp32 by default), then ``sdm.replay.replay``
+Replay: one store is built for the trace (dim 64 fp32 by default), then ``sdm.replay.live.replay``
 runs through each preset ``--repeats`` times in modeled IO mode; each run opens the store
 cold (after the replay's own warm-up open, which keeps one-time row-file building and JIT
 loading out of the timing). Reported per preset, as the median over runs:
@@ -11,7 +11,7 @@ loading out of the timing). Reported per preset, as the median over runs:
 * ``whole call``: lookups / the whole ``replay()`` call (trace reading, the warm-up open,
   counters and the SLA search included; the store build is not).
 
-Sweep: ``sdm.sweep.sweep`` over policies x cache sizes x two devices, on 1 and 2 threads;
+Sweep: ``sdm.replay.sweep.sweep`` over policies x cache sizes x two devices, on 1 and 2 threads;
 per point the control-plane rate (lookups of the trace / time simulating it and counting
 each request's hits and device blocks), and the grid's aggregate rate (points x lookups /
 wall time, queueing model included). Targets: replay >= 5M lookups/s, sweep points >= 20M.
@@ -36,8 +36,8 @@ import numpy as np
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 
-from sdm.replay import build_store, replay  # noqa: E402
-from sdm.sweep import sweep  # noqa: E402
+from sdm.replay.live import build_store, replay  # noqa: E402
+from sdm.replay.sweep import sweep  # noqa: E402
 from sdm.trace import load  # noqa: E402
 
 DEFAULT_PRESETS = ("dram", "sdm-nand", "sdm-3dxp")

@@ -7,9 +7,9 @@ pooled gather and cache policies. See README.md for the two set-up commands and 
 from sdm import errors
 from sdm.devices import DEVICES, DeviceSpec
 from sdm.formats import ROW_FORMATS, dequantize_rows, quantize_rows, row_bytes
-from sdm.pooling import embedding_bag
+from sdm.kernels.pooling import embedding_bag
 from sdm.policies import POLICIES, SimResult, miss_ratio_curve, simulate
-from sdm.store import Store, TableSpec
+from sdm.store.store import Store, TableSpec
 from sdm import trace
 from sdm import model
 

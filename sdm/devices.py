@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from sdm._jit import jit
+from sdm.kernels.jit import jit
 from sdm.errors import ConfigError, InvalidArgumentError
 
 __all__ = ["DeviceSpec", "DEVICES", "get_device", "count_blocks", "block_ranges"]
@@ -147,7 +147,7 @@ _P4800X_MEAS = "AnandTech Optane SSD DC P4800X review, measured (REFERENCES.md D
 _PARAM = "parameter: no public figure recorded in REFERENCES.md"
 
 #: Device presets by name. Every number carries its source; ``unverified`` fields are
-#: parameters (choose your own with a TOML inline device, see ``sdm.config``).
+#: parameters (choose your own with a TOML inline device, see ``sdm.store.config``).
 DEVICES: dict[str, DeviceSpec] = {d.name: d for d in (
     _spec("nand-p4500", "TLC Nand SSD, NVMe", 4096, 85.0, 645_000, 3.2, 12.0, 5.0, 2000, 0.25, {
         "access_bytes": "4 KiB Nand page read (REFERENCES.md Devices)",

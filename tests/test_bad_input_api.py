@@ -20,11 +20,12 @@ import pytest
 import sdm
 from sdm import errors
 from sdm import trace as tr
-from sdm.config import HierarchyConfig, TierConfig, load_toml, resolve_config, with_io_mode, with_options
+from sdm.store.config import HierarchyConfig, TierConfig, load_toml, resolve_config, with_io_mode, with_options
 from sdm.model import load_npz
-from sdm.placement import Placement, plan
+from sdm.store.placement import Placement
+from sdm.replay.planner import plan
 from sdm.policies import Cache
-from sdm.prefetch import Lookahead
+from sdm.store.prefetch import Lookahead
 from sdm.report import load_scenario
 from test_store_errors import tree_digest  # every file's bytes under a store
 
@@ -1040,13 +1041,13 @@ TINY_TRACE = os.path.join(os.path.dirname(SCENARIO_DIR), "traces", "tiny-zipf.np
 
 
 def _replay(trace=TINY_TRACE, config="dram", **kw):
-    from sdm.replay import replay
+    from sdm.replay.live import replay
 
     return lambda p: replay(trace, config, workdir=str(p), **kw)
 
 
 def _sweep(trace=TINY_TRACE, **kw):
-    from sdm.sweep import sweep
+    from sdm.replay.sweep import sweep
 
     return lambda p: sweep(trace, **kw)
 
@@ -1064,8 +1065,8 @@ RUNS = cases(
     ("replay-dim-0", _replay(dim=0), E.InvalidArgumentError, ["dim", "[1, 65536]", "0"]),
     ("replay-fmt", _replay(fmt="fp64"), E.InvalidArgumentError, ["'fp64'", "int8"]),
     ("replay-io-mode", _replay(io_mode="turbo"), E.ConfigError, ["'turbo'", "direct"]),
-    ("replay-sla-negative", _replay(sla_us=-1), sdm.replay.SlaError, ["SLA", "-1"]),
-    ("replay-sla-nan", _replay(sla_us=float("nan")), sdm.replay.SlaError, ["SLA", "nan"]),
+    ("replay-sla-negative", _replay(sla_us=-1), sdm.replay.live.SlaError, ["SLA", "-1"]),
+    ("replay-sla-nan", _replay(sla_us=float("nan")), sdm.replay.live.SlaError, ["SLA", "nan"]),
     ("replay-request-size", _replay(request_size=-2), E.InvalidArgumentError, ["request_size", "-2"]),
     ("replay-warmup-none", _replay(warmup_batches=None), E.InvalidArgumentError, ["warmup_batches", "None"]),
     ("replay-warmup-all", _replay(warmup_batches=10**6), E.InvalidArgumentError, ["warmup_batches", "no batch"]),

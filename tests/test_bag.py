@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import peers
 import sdm
 from sdm.errors import IdOutOfRangeError, InvalidArgumentError, InvalidOffsetsError
-from sdm.pooling import pool
+from sdm.kernels.pooling import pool
 
 SENTINEL = np.float32(-12345.5)
 
@@ -257,8 +258,9 @@ def test_kernel_releases_the_gil():
 # torch takes per-sample weights with mode="sum" only
 @pytest.mark.parametrize("mode, weighted", [("sum", False), ("sum", True), ("mean", False)])
 @pytest.mark.parametrize("idx_dtype", [np.int32, np.int64])
+@pytest.mark.peers
 def test_fp32_against_torch(mode, weighted, idx_dtype):
-    torch = pytest.importorskip("torch")
+    torch = peers.require("torch")
     rng = np.random.default_rng(11)
     table = rng.standard_normal((1000, 24)).astype(np.float32)
     lens = rng.integers(0, 30, 200)
@@ -274,8 +276,9 @@ def test_fp32_against_torch(mode, weighted, idx_dtype):
 
 
 @pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.peers
 def test_int8_against_torch_byte_rowwise(weighted):
-    torch = pytest.importorskip("torch")
+    torch = peers.require("torch")
     rng = np.random.default_rng(5)
     x = rng.standard_normal((500, 32)).astype(np.float32)
     packed = torch.ops.quantized.embedding_bag_byte_prepack(torch.from_numpy(x))

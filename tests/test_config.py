@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import sdm
-from sdm.config import (
+from sdm.store.config import (
     HIERARCHY_PRESETS, HierarchyConfig, TierConfig, load_toml, resolve_config, with_io_mode,
 )
 from sdm.errors import ConfigError

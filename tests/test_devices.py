@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 
 import sdm
 from sdm.cli import main
-from sdm.clock import SimClock, wait_until_ns
+from sdm.tiers.clock import SimClock, wait_until_ns
 from sdm.devices import DEVICES, DeviceSpec, block_ranges, count_blocks, get_device
 from sdm.errors import ConfigError, InvalidArgumentError
-from sdm.manifest import TableLayout, TableSpec
+from sdm.tiers.manifest import TableLayout, TableSpec
 from sdm.tiers.base import Tier
 from sdm.tiers.metered import Metered
 

@@ -8,9 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sdm
-from sdm.manifest import TableLayout, TableSpec
+from sdm.tiers.manifest import TableLayout, TableSpec
 from sdm.tiers.base import Tier
-from sdm.tiers.dram_cache import TABLE_SHIFT, DramCacheTier
+from sdm.kernels.serve import TABLE_SHIFT
+from sdm.tiers.dram_cache import DramCacheTier
 
 LIVE_POLICIES = [p for p in sdm.POLICIES if p != "belady"]
 

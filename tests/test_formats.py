@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+import peers
 import sdm
 from sdm.errors import InvalidArgumentError
 
@@ -56,8 +57,9 @@ def test_int8_layout():
 
 
 @pytest.mark.parametrize("dim", [1, 3, 8, 64, 67])
+@pytest.mark.peers
 def test_int8_layout_matches_torch_prepack(dim):
-    torch = pytest.importorskip("torch")
+    torch = peers.require("torch")
     rng = np.random.default_rng(dim)
     x = (rng.standard_normal((300, dim)) * rng.uniform(0.01, 100, (300, 1))).astype(np.float32)
     x[0] = 3.25  # a constant row

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import sdm
-from sdm.config import HIERARCHY_PRESETS, IO_MODES, HierarchyConfig, TierConfig, with_io_mode
+from sdm.store.config import HIERARCHY_PRESETS, IO_MODES, HierarchyConfig, TierConfig, with_io_mode
 
 SPECS = [sdm.TableSpec("f32", 800, 16, "fp32"), sdm.TableSpec("i8", 3000, 64, "int8"),
          sdm.TableSpec("f16", 500, 8, "fp16")]

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import sdm
-from sdm.config import CACHE_POLICIES, HierarchyConfig, TierConfig
-from sdm.prefetch import Lookahead
-from sdm.tiers.dram_cache import TABLE_SHIFT
+from sdm.store.config import CACHE_POLICIES, HierarchyConfig, TierConfig
+from sdm.store.prefetch import Lookahead
+from sdm.kernels.serve import TABLE_SHIFT
 
 SPECS = [sdm.TableSpec("a", 2000, 16, "fp32"), sdm.TableSpec("b", 3000, 8, "fp16"),
          sdm.TableSpec("c", 1000, 32, "int8")]
@@ -82,7 +82,7 @@ def test_prefetched_rows_survive_an_evicting_batch_until_released(store_path):
         assert after["hits"] - before["hits"] == 10 and after["misses"] == before["misses"]
         assert after["prefetch_used"] == 10 and after["prefetch_accuracy"] == 1.0
         store.release(ticket)
-        assert not store._hierarchy._cache.directory.pin_counts().any()
+        assert not store._hierarchy._cache.inner.directory.pin_counts().any()
         with pytest.raises(sdm.errors.InvalidArgumentError, match="released already"):
             store.release(ticket)
         # released: the flood evicts them now
@@ -120,7 +120,7 @@ def test_prefetch_validates_like_a_batch(store_path):
             store.prefetch({"zz": (np.array([1]), np.array([0, 1]))})
         with pytest.raises(sdm.errors.InvalidArgumentError):
             store.release("ticket")
-        assert not store._hierarchy._cache.directory.pin_counts().any()
+        assert not store._hierarchy._cache.inner.directory.pin_counts().any()
 
 
 @pytest.mark.parametrize("depth", [1, 3])
@@ -137,7 +137,7 @@ def test_lookahead_returns_the_same_results_and_hides_io_behind_compute(store_pa
                 for name in expected:
                     np.testing.assert_array_equal(step.outputs[name], expected[name])
             assert len(steps) == len(stream)
-            assert not store._hierarchy._cache.directory.pin_counts().any()
+            assert not store._hierarchy._cache.inner.directory.pin_counts().any()
             runs[d] = (steps, look.stats())
     plain = sum(s.latency_ns for s in runs[0][0])
     ahead, stats = runs[depth]
@@ -151,7 +151,7 @@ def test_lookahead_releases_pins_when_the_consumer_stops_early(store_path):
         steps = Lookahead(store, 4).serve(batches(10))
         next(steps)
         steps.close()
-        assert not store._hierarchy._cache.directory.pin_counts().any()
+        assert not store._hierarchy._cache.inner.directory.pin_counts().any()
 
 
 def test_lookahead_rejects_bad_depth(store_path):

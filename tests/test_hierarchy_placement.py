@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 import sdm
-from sdm.config import HierarchyConfig, TierConfig, with_options
-from sdm.placement import Placement, plan
+from sdm.store.config import HierarchyConfig, TierConfig, with_options
+from sdm.store.placement import Placement
+from sdm.replay.planner import plan
 
 SPECS = [sdm.TableSpec("small", 64, 16, "fp32"), sdm.TableSpec("big", 20_000, 16, "fp32"),
          sdm.TableSpec("q", 10_000, 24, "int8")]

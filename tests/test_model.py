@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sdm
-from sdm.config import HIERARCHY_PRESETS
+from sdm.store.config import HIERARCHY_PRESETS
 from sdm.errors import (
     ConfigError, IdOutOfRangeError, InvalidArgumentError, InvalidOffsetsError, StoreExistsError,
 )

@@ -11,7 +11,10 @@ import pytest
 
 from sdm.model import DLRM, ModelPreset, load_npz
 
-torch = pytest.importorskip("torch")
+import peers  # noqa: E402
+
+torch = peers.require("torch")
+pytestmark = pytest.mark.peers
 nn = torch.nn
 
 

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 import sdm
 from sdm.cli import main as cli_main
 from sdm.errors import ConfigError, InvalidArgumentError
-from sdm.placement import Placement, blocks_per_lookup, inverse_permutation, plan
+from sdm.replay.planner import blocks_per_lookup, plan
+from sdm.store.placement import Placement, inverse_permutation
 from sdm.trace import Batch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -12,14 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sdm
-import sdm.tiers.mmap as mmap_mod
+import sdm.tiers.rowfile as rowfile_mod
 from sdm.devices import count_blocks
 from sdm.errors import ConfigError
-from sdm.manifest import Manifest
-from sdm.placement import plan
+from sdm.tiers.manifest import Manifest
+from sdm.replay.planner import plan
 from sdm.tiers import MmapTier
 from sdm.tiers.lmdb import RowDB
-from sdm.tiers.mmap import HEADER_BYTES, order_digest, rowfile_path
+from sdm.tiers.rowfile import HEADER_BYTES, order_digest, rowfile_path
 
 SPECS = [sdm.TableSpec("i8", 1500, 64, "int8"), sdm.TableSpec("f32", 600, 16, "fp32")]
 
@@ -141,7 +141,7 @@ def test_a_file_built_for_another_order_is_rebuilt(tmp_path, layouts, raw):
 
 
 def test_permuted_build_streams_in_chunks(tmp_path, monkeypatch, raw):
-    monkeypatch.setattr(mmap_mod, "_BUILD_CHUNK_BYTES", 1000)  # 13 rows of 72 B a chunk
+    monkeypatch.setattr(rowfile_mod, "_BUILD_CHUNK_BYTES", 1000)  # 13 rows of 72 B a chunk
     spec = SPECS[0]
     path = tmp_path / "s"
     with sdm.Store.create(path, [spec]) as store:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sdm
-from sdm._jit import jit
+from sdm.kernels.jit import jit
 from sdm.errors import InvalidArgumentError
 from sdm.kernels.policies import NEVER, access_one
 from sdm.policies import Admission, Cache, simulate

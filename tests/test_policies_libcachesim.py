@@ -10,7 +10,10 @@ import pytest
 
 import sdm
 
-lcs = pytest.importorskip("libcachesim")
+import peers  # noqa: E402
+
+lcs = peers.require("libcachesim")
+pytestmark = pytest.mark.peers
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 from bench_policies import LCS_NAMES, write_oracle_general, zipf_trace  # noqa: E402

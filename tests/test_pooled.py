@@ -1,8 +1,8 @@
-"""sdm.pooled.PooledCache against a dict model of the same policy and against direct pooling.
+"""sdm.store.pooled.PooledCache against a dict model of the same policy and against direct pooling.
 
 The model (:class:`RefPooledCache`) is an OrderedDict CLOCK over byte-charged entries: the
 cache must agree with it exactly (counters, resident keys in log order), and every batch it
-serves must be bitwise equal to pooling every bag directly with ``sdm.pooling.pool``.
+serves must be bitwise equal to pooling every bag directly with ``sdm.kernels.pooling.pool``.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from sdm.errors import ConfigError, InvalidArgumentError, InvalidOffsetsError
 from sdm.kernels.pooled import entry_bytes
-from sdm.pooled import PooledCache
-from sdm.pooling import pool
+from sdm.store.pooled import PooledCache
+from sdm.kernels.pooling import pool
 
 DIMS = (1, 3, 8)  # odd dims: the last vector word is half used
 ROWS = 10

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sdm
-from sdm.queueing import (SlaError, _Queue, latency_percentiles_us, qps_at_sla, response_percentile_ns,
+from sdm.replay.queueing import (SlaError, _Queue, latency_percentiles_us, qps_at_sla, response_percentile_ns,
                           response_times_ns, service_ns_array)
 
 

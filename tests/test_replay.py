@@ -14,10 +14,11 @@ from hypothesis import strategies as st
 import sdm
 from sdm.cli import main
 from sdm.errors import ConfigError, SdmError
-from sdm.queueing import SlaError, response_percentile_ns
-from sdm.replay import build_store, replay, table_names
-from sdm.requests import TABLE_SHIFT, iter_requests, key_stream, request_bounds
-from sdm.sweep import DEFAULT_CACHE_QUEUE_DEPTH, request_service_ns
+from sdm.replay.queueing import SlaError, response_percentile_ns
+from sdm.replay.live import build_store, replay, table_names
+from sdm.kernels.serve import TABLE_SHIFT
+from sdm.replay.requests import iter_requests, key_stream, request_bounds
+from sdm.replay.sweep import DEFAULT_CACHE_QUEUE_DEPTH, request_service_ns
 from sdm.trace import Batch, TraceNotFoundError, load, save
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -225,7 +226,6 @@ def test_cli_writes_json_summary_and_plots(tmp_path, capsys, tiny_store):
     assert data["config"] == "sdm-3dxp" and data["requests"] == 8
     assert json.loads((out / "result.json").read_text())["lookups"] == 4082
     assert "# sdm replay" in (out / "summary.md").read_text()
-    pytest.importorskip("matplotlib")
     assert (out / "latency_cdf.png").stat().st_size > 0 and (out / "hit_rate.png").stat().st_size > 0
 
 
@@ -257,7 +257,7 @@ def test_a_store_the_disk_cannot_hold_is_refused(tmp_path, monkeypatch):
 
 
 def test_dram_hit_rate_of_tier_shapes():
-    from sdm.replay import dram_hit_rate
+    from sdm.replay.live import dram_hit_rate
 
     assert dram_hit_rate([{"kind": "dram", "hits": 10, "misses": 0}]) == 1.0
     assert dram_hit_rate([{"kind": "lmdb", "hits": 10, "misses": 0}]) == 0.0

@@ -175,7 +175,7 @@ def test_cli_report(tmp_path, capsys):
 
 def test_real_replays_in_process_and_as_files(tmp_path):
     """The live `sdm replay` result shape, as objects and as `--json` files."""
-    from sdm.replay import replay
+    from sdm.replay.live import replay
 
     results = [replay(TINY, c, progress=False) for c in ("dram", "sdm-nand")]
     paths = []

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from sdm.cli import main
-from sdm.demo import DEFAULT_TRACE, run_demo
+from sdm.replay.demo import DEFAULT_TRACE, run_demo
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "traces" / "tiny-zipf.npz")

@@ -12,10 +12,11 @@ import pytest
 
 import sdm
 from sdm import errors
-from sdm.manifest import Manifest
+from sdm.tiers.manifest import Manifest
 from sdm.tiers import MmapTier
 from sdm.tiers.lmdb import RowDB
-from sdm.tiers.mmap import DAMAGE_LOG, HEADER_BYTES, rowfile_path
+from sdm.tiers.mmap import DAMAGE_LOG
+from sdm.tiers.rowfile import HEADER_BYTES, rowfile_path
 
 SPEC = sdm.TableSpec("t", 2000, 20, "int8")  # 28 B rows: 56000 data bytes in 14 pages, 1344 of padding
 

@@ -14,7 +14,7 @@ import pytest
 
 import sdm
 from sdm import errors
-from sdm.manifest import MANIFEST_NAME
+from sdm.tiers.manifest import MANIFEST_NAME
 
 PACKAGE = pathlib.Path(sdm.__file__).parent
 SOURCES = sorted(PACKAGE.rglob("*.py"))

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import sdm
-from sdm.config import CACHE_POLICIES, HIERARCHY_PRESETS, HierarchyConfig, TierConfig
+from sdm.store.config import CACHE_POLICIES, HIERARCHY_PRESETS, HierarchyConfig, TierConfig
 
 SPECS = [sdm.TableSpec("f32", 300, 8, "fp32"), sdm.TableSpec("f16", 200, 4, "fp16"),
          sdm.TableSpec("i8", 500, 16, "int8")]
@@ -145,7 +145,7 @@ class StoreMachine(RuleBasedStateMachine):
     @invariant()
     def no_pins_leak(self):
         cache = getattr(getattr(self, "store", None), "_hierarchy", None)
-        cache = cache and cache._cache
+        cache = cache and cache._cache and cache._cache.inner
         if cache is not None:
             cache.check_invariants()
             assert not cache.directory.pin_counts().any()

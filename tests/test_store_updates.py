@@ -19,8 +19,8 @@ import pytest
 
 import sdm
 from sdm import errors
-from sdm.config import HIERARCHY_PRESETS, HierarchyConfig, TierConfig
-from sdm.placement import Placement
+from sdm.store.config import HIERARCHY_PRESETS, HierarchyConfig, TierConfig
+from sdm.store.placement import Placement
 
 SPECS = [sdm.TableSpec("f32", 3000, 16, "fp32"), sdm.TableSpec("i8", 2000, 24, "int8"),
          sdm.TableSpec("f16", 1000, 8, "fp16")]

@@ -4,7 +4,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from sdm.cli import main
 from sdm.trace import load
@@ -32,7 +31,6 @@ def test_gen_and_stats(tmp_path, capsys):
 
 
 def test_stats_plots_and_dist_out(tmp_path, capsys):
-    pytest.importorskip("matplotlib")
     out = tmp_path / "u.npz"
     assert main(["trace", "gen", "--profile", "uniform", "--batches", "2", "--batch-size", "64",
                  "--table-size", "500", "-o", str(out)]) == 0
@@ -134,12 +132,3 @@ def test_stats_reference_comparison(tmp_path, capsys):
     assert r["block"] == "fbgemm_t856_bs65536.pt" and len(r["per_batch_max_abs_diff"]) == 2
     # 129K lookups per batch: no row can reach the top bins, whose shares move down a bin or two
     assert r["max_abs_diff_rows"] < 0.01 and r["max_abs_diff_lookups"] < 0.1
-
-
-def test_plot_without_matplotlib_is_a_clear_error(tmp_path, capsys, monkeypatch):
-    out = tmp_path / "t.npz"
-    assert main(["trace", "gen", "--batches", "1", "--batch-size", "8", "-o", str(out)]) == 0
-    capsys.readouterr()
-    monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)  # import fails
-    assert main(["trace", "stats", str(out), "--plot", str(tmp_path / "p")]) == 2
-    assert "pip install 'sdm[plot]'" in capsys.readouterr().err

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import peers
 from sdm.errors import ConfigError
 from sdm.trace import TraceFormatError, TraceNotFoundError, load
 from sdm.trace.importers import (import_criteo, import_dlrm_dist, import_dlrm_trace, import_fbgemm,
@@ -47,8 +48,9 @@ def test_fbgemm_npz(tmp_path):
     assert len(sized) == 2 and sized.table_sizes.tolist() == [60, 60, 60]
 
 
+@pytest.mark.peers
 def test_fbgemm_torch(tmp_path):
-    torch = pytest.importorskip("torch")
+    torch = peers.require("torch")
     ind, off, ln = _fbgemm_arrays(1)
     torch.save((torch.from_numpy(ind), torch.from_numpy(off), torch.from_numpy(ln)), tmp_path / "b.pt")
     tr = load(import_fbgemm(tmp_path / "b.pt", tmp_path / "t.npz"))

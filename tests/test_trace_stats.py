@@ -96,7 +96,6 @@ def test_table_stack_distribution(tmp_path):
 
 
 def test_plots(tmp_path):
-    pytest.importorskip("matplotlib")
     s = trace_stats(_small_trace(tmp_path))
     paths = plot_stats(s, tmp_path / "plots")
     assert len(paths) == 5 and all(Path(p).stat().st_size > 1000 for p in paths)

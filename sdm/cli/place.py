@@ -46,8 +46,8 @@ def parse_bytes(text: str) -> int:
 
 
 def _run(args) -> int:
-    from sdm.placement import plan
-    from sdm.store import Store
+    from sdm.replay.planner import plan
+    from sdm.store.store import Store
 
     dram = parse_bytes(args.dram_bytes)
     check_output_folder(args.output)

@@ -22,7 +22,7 @@ def register(sub) -> None:
     r.add_argument("--config", default="dram", help="hierarchy preset (dram, ssd, sdm-nand, sdm-3dxp, "
                                                     "three-tier) or a .toml file (default dram)")
     r.add_argument("--cache-bytes", metavar="SIZE", help="the first DRAM cache's size, e.g. 128M (a cache config)")
-    r.add_argument("--policy", help="the first DRAM cache's policy (any of sdm.config.CACHE_POLICIES)")
+    r.add_argument("--policy", help="the first DRAM cache's policy (any of sdm.store.config.CACHE_POLICIES)")
     r.add_argument("--admission", choices=["threshold", "tinylfu"], help="the first cache's admission filter")
     r.add_argument("--placement", metavar="FILE", help="a placement from `sdm place` (pins, SCM row order)")
     r.add_argument("--pooled-cache-bytes", metavar="SIZE", help="a pooled-embedding cache of SIZE, e.g. 8M")
@@ -100,8 +100,8 @@ def _progress() -> bool:
 
 def _config(args):
     """``--config`` with the hierarchy options given on the command line applied."""
-    from sdm.config import resolve_config, with_options
-    from sdm.sweep import parse_size
+    from sdm.store.config import resolve_config, with_options
+    from sdm.replay.sweep import parse_size
 
     changes = {}
     if args.cache_bytes is not None:
@@ -115,9 +115,9 @@ def _config(args):
 
 
 def _replay(args) -> int:
-    from sdm.queueing import DEFAULT_SLA_US
-    from sdm.replay import DEFAULT_DIM, replay
-    from sdm.replay_render import plot_replay, replay_markdown
+    from sdm.replay.queueing import DEFAULT_SLA_US
+    from sdm.replay.live import DEFAULT_DIM, replay
+    from sdm.replay.render import plot_replay, replay_markdown
 
     if args.model is not None and args.dim is not None:
         raise InvalidArgumentError("--dim and --model conflict: the model preset fixes the dim")
@@ -137,10 +137,8 @@ def _replay(args) -> int:
             plots = plot_replay(result, args.out)
         except OSError as exc:
             raise InvalidArgumentError(f"cannot write plots into {args.out}: {exc.strerror}") from None
-        notes.append(f"wrote {os.path.join(args.out, 'summary.md')}, result.json"
-                     + (", latency_cdf.png, hit_rate.png" if plots else ""))
-        if plots is None:
-            notes.append("matplotlib is not installed: skipped the plots (pip install 'sdm[plot]')")
+        notes.append(f"wrote {os.path.join(args.out, 'summary.md')}, result.json, "
+                     + ", ".join(os.path.basename(p) for p in plots))
     if not _emit_json(args.json, data):
         print(summary, end="")
         if args.json:
@@ -151,9 +149,9 @@ def _replay(args) -> int:
 
 
 def _sweep(args) -> int:
-    from sdm.queueing import DEFAULT_SLA_US
-    from sdm.replay_render import plot_sweep, sweep_markdown
-    from sdm.sweep import DEFAULT_CACHE_QUEUE_DEPTH, DEFAULT_QUEUE_DEPTH, sweep
+    from sdm.replay.queueing import DEFAULT_SLA_US
+    from sdm.replay.render import plot_sweep, sweep_markdown
+    from sdm.replay.sweep import DEFAULT_CACHE_QUEUE_DEPTH, DEFAULT_QUEUE_DEPTH, sweep
 
     result = sweep(args.trace, policies=_split(args.policies), cache_sizes=_split(args.cache_sizes),
                    devices=_split(args.devices), dim=args.dim, fmt=args.fmt,
@@ -166,13 +164,10 @@ def _sweep(args) -> int:
     notes = []
     if args.plot:
         try:
-            written = plot_sweep(result, args.plot)
+            plot_sweep(result, args.plot)
         except OSError as exc:
             raise InvalidArgumentError(f"cannot write {args.plot}: {exc.strerror}") from None
-        if written is None:
-            notes.append("matplotlib is not installed: skipped the plot (pip install 'sdm[plot]')")
-        else:
-            notes.append(f"wrote {args.plot}")
+        notes.append(f"wrote {args.plot}")
     if not _emit_json(args.json, result.to_json()):
         print(sweep_markdown(result), end="")
         if args.json:

@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-from sdm.demo import DEMO_PRESETS, run_demo
+from sdm.replay.demo import DEMO_PRESETS, run_demo
 from sdm.report import write_report
 
 
@@ -30,7 +30,7 @@ def register(sub) -> None:
 
 
 def _run(args) -> int:
-    from sdm.replay_render import comparison_table
+    from sdm.replay.render import comparison_table
 
     runs = run_demo(tuple(args.presets), trace=args.trace, dim=args.dim, sla_us=args.sla_us,
                     max_batches=args.batches, progress=sys.stderr.isatty())

@@ -1,7 +1,7 @@
 """Pooled gather (SparseLengthsSum) kernels.
 
 All drivers share one contract and trust their inputs (validated by
-:func:`sdm.pooling.embedding_bag`):
+:func:`sdm.kernels.pooling.embedding_bag`):
 
 * ``table``: ``(n, dim)`` float32 rows (:func:`bag_fp32`), ``(n, dim)`` uint16 holding
   IEEE half bits (:func:`bag_fp16`; pass ``float16_table.view(np.uint16)``, Numba has no
@@ -17,7 +17,7 @@ arithmetic and bookkeeping off the critical path):
 
 * Bags are split into one contiguous chunk per thread (``prange`` over chunks, not bags);
   each chunk runs a serial core. One thread, or a small batch, calls the core directly
-  (:func:`sdm.pooling.pool`): a parallel launch costs microseconds.
+  (:func:`sdm.kernels.pooling.pool`): a parallel launch costs microseconds.
 * A bag is summed into a stack buffer, never into ``out``: LLVM can prove the stack aliases
   nothing, so the column loop vectorizes with no runtime overlap checks. For 64-column tiles
   the width is a compile-time constant, so the loop unrolls and the accumulator lives in vector
@@ -47,7 +47,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
-from sdm._jit import jit, pjit, prange
+from sdm.kernels.jit import jit, pjit, prange
 
 # No reassoc / contract: each would let LLVM pick the order of a bag's adds (or fuse them
 # into FMAs) differently in each compiled copy of a core, so results would depend on the

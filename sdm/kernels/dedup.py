@@ -13,12 +13,12 @@ import threading
 
 import numpy as np
 
-from sdm._jit import jit
+from sdm.kernels.hashmap import GOLDEN
+from sdm.kernels.jit import jit
 from sdm.errors import InvalidArgumentError
 
 __all__ = ["unique_inverse"]
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # 2**64 / golden ratio: Fibonacci hashing
 
 
 @jit
@@ -39,7 +39,7 @@ def _first_seen(ids, inverse, slot_key, slot_uid, first, first_slot):
     for i in range(n):
         key = np.int64(ids[i])
         # high bits of the product mix every input bit (low bits of sequential ids collide)
-        h = np.int64((np.uint64(key) * _GOLDEN) >> shift)
+        h = np.int64((np.uint64(key) * GOLDEN) >> shift)  # Fibonacci hashing
         while True:
             s = slot_uid[h]
             if s < 0:

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from sdm._jit import jit
+from sdm.kernels.jit import jit
 
-__all__ = ["EMPTY", "table_size_for", "make_hashmap_state", "hm_find", "hm_insert",
+__all__ = ["EMPTY", "GOLDEN", "table_size_for", "make_hashmap_state", "hm_find", "hm_insert",
            "hm_delete", "hm_clear", "hm_find_many", "hm_insert_many", "hm_delete_many",
-           "mix64"]
+           "mix64", "finalize64", "finalize64_many", "home_slot", "shift_back"]
 
 EMPTY = -1
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+#: 2**64 / golden ratio: the multiplier of Fibonacci hashing (and splitmix64's increment).
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
 def table_size_for(max_entries: int, spread: int = 2) -> int:
@@ -40,21 +41,63 @@ def make_hashmap_state(max_entries: int, spread: int = 2) -> np.ndarray:
 
 
 @jit
-def mix64(key):
-    """splitmix64 finalizer: a well-mixed uint64 from an int64 key (sampling, sketches)."""
-    z = np.uint64(key) + np.uint64(0x9E3779B97F4A7C15)
+def finalize64(z):
+    """splitmix64's finalizer: every bit of uint64 ``z`` mixed into every bit of the result."""
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return z ^ (z >> np.uint64(31))
 
 
 @jit
+def finalize64_many(z):
+    """:func:`finalize64` of each element of a ``uint64`` array, a new array."""
+    out = np.empty_like(z)
+    for i in range(z.shape[0]):
+        out[i] = finalize64(z[i])
+    return out
+
+
+@jit
+def mix64(key):
+    """splitmix64 of an int64 key: a well-mixed uint64 (sampling, sketches)."""
+    return finalize64(np.uint64(key) + GOLDEN)
+
+
+@jit
+def home_slot(key, mask):
+    """The entry a key hashes to in a table of ``mask + 1`` entries (a power of two).
+
+    Fibonacci hashing: bits 32.. of key * golden are well mixed even for sequential ids, and
+    a shift by a constant keeps the hot path free of per-call size arithmetic (tables stay
+    below 2**32 entries)."""
+    return np.int64(((np.uint64(key) * GOLDEN) >> np.uint64(32)) & np.uint64(mask))
+
+
+@jit
 def _home(table, key):
-    # Fibonacci hashing: bits 32.. of key * golden are well mixed even for sequential ids,
-    # and a shift by a constant keeps the hot path free of per-call size arithmetic
-    # (tables stay below 2**32 entries).
-    mask = np.uint64((table.shape[0] >> 1) - 1)
-    return np.int64(((np.uint64(key) * _GOLDEN) >> np.uint64(32)) & mask)
+    return home_slot(key, (table.shape[0] >> 1) - 1)
+
+
+@jit
+def shift_back(table, hole):
+    """Empty entry ``hole`` of a linear-probing ``table`` (this module's layout, keys hashed
+    by :func:`home_slot`) without tombstones: backward-shift deletion walks the rest of the
+    cluster and moves back every entry whose home lies cyclically at or before the hole, so
+    no probe sequence is broken."""
+    mask = (table.shape[0] >> 1) - 1
+    j = hole
+    while True:
+        j = (j + 1) & mask
+        k = table[2 * j]
+        if k == EMPTY:
+            break
+        home = home_slot(k, mask)
+        if ((j - home) & mask) >= ((j - hole) & mask):
+            table[2 * hole] = k
+            table[2 * hole + 1] = table[2 * j + 1]
+            hole = j
+    table[2 * hole] = EMPTY
+    table[2 * hole + 1] = EMPTY
 
 
 @jit
@@ -101,22 +144,7 @@ def hm_delete(table, key):
             break
         i = (i + 1) & mask
     value = table[2 * i + 1]
-    # Backward-shift deletion: walk the rest of the cluster and move back every entry whose
-    # home lies cyclically at or before the hole, so no probe sequence is broken.
-    hole = i
-    j = i
-    while True:
-        j = (j + 1) & mask
-        k = table[2 * j]
-        if k == EMPTY:
-            break
-        home = _home(table, k)
-        if ((j - home) & mask) >= ((j - hole) & mask):
-            table[2 * hole] = k
-            table[2 * hole + 1] = table[2 * j + 1]
-            hole = j
-    table[2 * hole] = EMPTY
-    table[2 * hole + 1] = EMPTY
+    shift_back(table, i)
     return value
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sdm._jit import jit
+from sdm.kernels.jit import jit
 from sdm.kernels.hashmap import hm_delete, hm_find, hm_insert, make_hashmap_state, mix64
 
 POLICY_NAMES = ("lru", "fifo", "clock", "lfu", "sieve", "s3fifo", "arc", "random", "belady")

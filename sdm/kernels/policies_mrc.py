@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sdm._jit import jit
+from sdm.kernels.jit import jit
 from sdm.kernels.hashmap import hm_find, hm_insert, mix64
 
 SAMPLE_BITS = 24

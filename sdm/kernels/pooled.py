@@ -1,6 +1,6 @@
 """Pooled-embedding cache kernels: a byte-bounded CLOCK cache of pooled bag vectors.
 
-The Python class :class:`sdm.pooled.PooledCache` validates and holds the lock; everything
+The Python class :class:`sdm.store.pooled.PooledCache` validates and holds the lock; everything
 per bag or per entry happens here. State (made by :func:`make_pooled_state`) is a tuple of
 preallocated arrays:
 
@@ -44,8 +44,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sdm._jit import jit
-from sdm.kernels.hashmap import table_size_for
+from sdm.kernels.jit import jit
+from sdm.kernels.hashmap import finalize64, home_slot, shift_back, table_size_for
 
 __all__ = ["HDR", "INDEX_BYTES", "MIN_ENTRY_BYTES", "entry_bytes", "make_pooled_state",
            "bag_hash", "pc_hash_dedup", "pc_probe", "pc_insert", "pc_scatter",
@@ -64,12 +64,9 @@ C_NAMES = ("bags", "empty", "cache_hits", "batch_repeats", "misses", "inserted",
 (C_BAGS, C_EMPTY, C_CACHE_HITS, C_REPEATS, C_MISSES, C_INSERTED, C_EVICTED, C_REINSERTED,
  C_INVALIDATED, C_TOO_BIG) = range(len(C_NAMES))
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _P1 = np.uint64(0x9E3779B185EBCA87)
 _P2 = np.uint64(0xC2B2AE3D27D4EB4F)
 _P3 = np.uint64(0x165667B19E3779F9)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
 
 
 def entry_bytes(n: int, dim: int) -> int:
@@ -119,9 +116,7 @@ def _hash_step(h, x):
 
 @jit
 def _hash_end(h, mask):
-    h = (h ^ (h >> np.uint64(30))) * _M1
-    h = (h ^ (h >> np.uint64(27))) * _M2
-    h = h ^ (h >> np.uint64(31))
+    h = finalize64(h)
     # 63 bits so the hash is a non-negative int64 in compiled and interpreted runs alike
     return np.int64(h >> np.uint64(1)) & mask
 
@@ -135,10 +130,7 @@ def bag_hash(tag, dim, indices, o0, o1, mask):
     return _hash_end(h, mask)
 
 
-@jit
-def _home(h, smask):
-    # Fibonacci hashing (bits 32.. of h * golden): good spread even for weak, masked hashes
-    return np.int64((np.uint64(h) * _GOLDEN) >> np.uint64(32)) & smask
+_home = home_slot  # Fibonacci hashing: good spread even for weak, masked hashes
 
 
 # -- ring access -------------------------------------------------------------------------------
@@ -259,22 +251,7 @@ def _index_slot(index, h, pos):
 
 @jit
 def _index_delete(index, h, pos):
-    smask = (index.shape[0] >> 1) - 1
-    hole = _index_slot(index, h, pos)
-    j = hole
-    # backward-shift deletion: move back every later entry of the cluster whose home lies
-    # cyclically at or before the hole, so no probe sequence is broken
-    while True:
-        j = (j + 1) & smask
-        if index[2 * j + 1] < 0:
-            break
-        home = _home(index[2 * j], smask)
-        if ((j - home) & smask) >= ((j - hole) & smask):
-            index[2 * hole] = index[2 * j]
-            index[2 * hole + 1] = index[2 * j + 1]
-            hole = j
-    index[2 * hole] = -1
-    index[2 * hole + 1] = -1
+    shift_back(index, _index_slot(index, h, pos))  # the index is a hashmap-layout table
 
 
 @jit
@@ -562,7 +539,7 @@ def pc_clear(index, meta):
 @jit
 def pc_check(ring, index, meta):
     """Consistency of the state: ``(0, 0)`` when sound, else ``(code, detail)`` (see
-    :data:`sdm.pooled.CHECK_MESSAGES`). Walks every entry and every index slot."""
+    :data:`sdm.store.pooled.CHECK_MESSAGES`). Walks every entry and every index slot."""
     W = ring.shape[0]
     cap = meta[M_CAPACITY]
     mask = meta[M_HASH_MASK]

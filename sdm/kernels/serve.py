@@ -22,11 +22,15 @@ slot serves which id of the current batch; ``epoch`` changes every call.
 
 from __future__ import annotations
 
-from sdm._jit import jit
+from sdm.kernels.jit import jit
 from sdm.kernels.bag import prefetch_row
 from sdm.kernels.hashmap import _home
 from sdm.kernels.policies import NEVER, access_one
 
+
+#: A cache key is ``table_id << TABLE_SHIFT | row id`` (row ids are < 2**48, TableSpec's limit),
+#: so one directory serves every table of a store and the simulator replays the same keys.
+TABLE_SHIFT = 48
 
 # Keys ahead whose hash-map entry is prefetched: a probe of a cache this size is a cache miss
 # per key, so the next keys' entries are fetched while this one's policy work runs.

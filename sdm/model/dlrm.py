@@ -34,7 +34,7 @@ from sdm.model.mlp import MLP, init_mlp
 from sdm.model.presets import INTERACTIONS, ModelPreset, get_preset, interaction_width
 from sdm.model.profile import Profiler, StageTimes
 from sdm.model.sparse import SparseArch
-from sdm.store import Store, TableSpec
+from sdm.store.store import Store, TableSpec
 
 __all__ = ["DLRM"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sdm._jit import jit
+from sdm.kernels.jit import jit
 
 __all__ = ["interact", "pair_count"]
 

@@ -1,7 +1,7 @@
 """The sparse arch of DLRM: one sum-pooled embedding bag per table.
 
 Rows come either from tables the model holds (``(rows, dim)`` float32 arrays, pooled with
-the Numba kernels of :mod:`sdm.pooling`) or from an :class:`sdm.Store` of any hierarchy.
+the Numba kernels of :mod:`sdm.kernels.pooling`) or from an :class:`sdm.Store` of any hierarchy.
 A randomly initialized model need not hold its tables at all: rows are generated on demand
 from a seed, block by block, so a store for a 100 GB preset can be written with memory
 bounded by one block.
@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 import numpy as np
 
 from sdm.errors import ConfigError, InvalidArgumentError, InvalidOffsetsError
-from sdm.pooling import check_ids, check_offsets, pool
+from sdm.kernels.pooling import check_ids, check_offsets, pool
 
 __all__ = ["SparseArch", "GEN_BLOCK_ROWS"]
 

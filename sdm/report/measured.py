@@ -127,7 +127,7 @@ def _from_sweep(data: dict, path: str) -> list[Measured]:
 def load_results(paths) -> list[Measured]:
     """Read ``sdm replay --json`` and ``sdm sweep --json`` files, ``(label, dict)`` pairs
     of already-parsed results, or result objects with ``to_json()``
-    (:class:`sdm.replay.ReplayResult`, :class:`sdm.sweep.SweepResult`). Raises ConfigError naming a file that is
+    (:class:`sdm.replay.live.ReplayResult`, :class:`sdm.replay.sweep.SweepResult`). Raises ConfigError naming a file that is
     missing, not JSON, or lacks the keys used."""
     out: list[Measured] = []
     for item in paths:

@@ -68,7 +68,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from sdm.config import read_toml
+from sdm.store.config import read_toml
 from sdm.devices import DEVICES
 from sdm.errors import ConfigError
 from sdm.formats import ROW_FORMATS, row_bytes

@@ -1,7 +1,11 @@
 """The tier contract: batch-first reads of raw rows into a caller-provided buffer.
 
 A tier never interprets row bytes (formats are the kernels' business) and never does
-per-row work in Python. Optional abilities are properties, as zarr's stores do.
+per-row work in Python. Optional abilities are properties, as zarr's stores do:
+``holds_all_rows`` (False: a :class:`CacheTier`, which serves some rows and forwards the
+rest to the tier below), ``supports_direct_io`` (:meth:`Tier.read_rows_direct`) and
+``supports_load_table`` (:meth:`Tier.load_table`). Every method a hierarchy calls is
+declared here, so a hierarchy never asks what type a tier is.
 """
 
 from __future__ import annotations
@@ -10,17 +14,18 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-from sdm.manifest import TableLayout
+from sdm.tiers.manifest import TableLayout
 
 
 class Tier(ABC):
     """A place rows of a store's tables live.
 
-    Subclasses set ``name`` (shown in ``stats()``) and implement :meth:`read_rows` and
-    :meth:`row_offsets`.
+    Subclasses set ``name`` (shown in ``stats()``) and ``kind`` (the medium: ``dram``,
+    ``cache``, ``mmap``, ``lmdb``) and implement :meth:`read_rows` and :meth:`row_offsets`.
     """
 
     name: str = "tier"
+    kind: str = "tier"
 
     #: True when the tier serves every row of every written table (a backing tier). A tier
     #: that holds only some rows (a cache) reports misses instead.
@@ -29,6 +34,9 @@ class Tier(ABC):
     #: True when the tier can read its medium with O_DIRECT (:meth:`read_rows_direct`),
     #: bypassing the page cache so a real device is measured.
     supports_direct_io: bool = False
+
+    #: True when :meth:`load_table` returns a whole table at once (a DRAM tier loads from it).
+    supports_load_table: bool = False
 
     @abstractmethod
     def read_rows(self, layout: TableLayout, ids: np.ndarray, out: np.ndarray) -> None:
@@ -57,6 +65,13 @@ class Tier(ABC):
         """
         raise NotImplementedError(f"tier {self.name!r} has no direct IO path")
 
+    def load_table(self, layout: TableLayout) -> np.ndarray:
+        """Every row of ``layout``'s table, ``(num_rows, row_bytes) uint8``, a new array.
+
+        Only tiers with ``supports_load_table`` implement it.
+        """
+        raise NotImplementedError(f"tier {self.name!r} cannot load a whole table")
+
     @abstractmethod
     def row_offsets(self, layout: TableLayout, ids: np.ndarray) -> np.ndarray:
         """Byte offset of each row of ``ids`` in this tier's medium, ``(n,) int64``.
@@ -66,13 +81,26 @@ class Tier(ABC):
         another's.
         """
 
+    def serves(self, layout: TableLayout) -> bool:
+        """True when lookups of ``layout``'s table start at this tier. A hierarchy serves a
+        table from its first tier that serves it: a tier of pinned tables in front of the
+        cache serves only those."""
+        return True
+
+    @property
+    def medium(self) -> "Tier":
+        """This tier without any device model around it: where setup work (loading pinned
+        rows) reads without being charged. Wrappers return their inner tier's medium."""
+        return self
+
     def resident(self, layout: TableLayout) -> np.ndarray | None:
         """The whole table as ``(num_rows, row_bytes) uint8`` when this tier keeps it in
         memory (so kernels may pool from it directly), else None."""
         return None
 
-    def count_hits(self, n: int) -> None:
-        """Record ``n`` rows pooled straight from :meth:`resident` (no copy through read_rows)."""
+    def count_hits(self, n: int, layout: TableLayout) -> None:
+        """Record ``n`` lookups of ``layout``'s table pooled straight from :meth:`resident`
+        (no copy through read_rows); a device model charges them."""
 
     def invalidate(self, layout: TableLayout) -> None:
         """Forget anything held for ``layout``'s table; its rows have changed."""
@@ -88,3 +116,47 @@ class Tier(ABC):
 
     def close(self) -> None:
         """Release the tier's resources."""
+
+
+class CacheTier(Tier):
+    """A tier holding only some rows (``holds_all_rows`` False): hits are served from its
+    slots, misses read from :attr:`lower` and admitted by its policy.
+
+    Beyond the tier contract a cache pools bags straight from its slots, and pins rows:
+    for good (a placement's hot rows) or until released (a prefetch).
+    """
+
+    holds_all_rows = False
+    kind = "cache"
+
+    #: The tier misses are read from.
+    lower: Tier
+
+    @abstractmethod
+    def pool_bags(self, layout: TableLayout, indices: np.ndarray, offsets: np.ndarray,
+                  weights: np.ndarray | None, mean: bool, out: np.ndarray) -> int:
+        """Pool bags straight from the cache's slots into ``out`` ``(B, dim) float32``.
+
+        Args:
+            indices: ``(nnz,)`` int32/int64 ids, validated by the caller.
+            offsets: ``(B + 1,)`` int64 CSR bag boundaries, validated.
+            weights: ``(nnz,)`` float32 per-sample weights, or None.
+            mean: average instead of sum.
+
+        Returns:
+            The distinct rows of the batch that hit.
+        """
+
+    @abstractmethod
+    def pin_rows(self, layout: TableLayout, ids: np.ndarray, *, source: Tier | None = None) -> None:
+        """Load rows ``ids`` (sorted, unique int64) from ``source`` (default :attr:`lower`)
+        and pin them for good; they count against the capacity."""
+
+    @abstractmethod
+    def prefetch(self, layout: TableLayout, ids: np.ndarray) -> int:
+        """Bring rows ``ids`` (sorted, unique int64) in ahead of use and pin them until
+        :meth:`release`; returns the rows read from :attr:`lower`."""
+
+    @abstractmethod
+    def release(self, layout: TableLayout, ids: np.ndarray) -> None:
+        """Unpin rows ``ids`` a :meth:`prefetch` pinned."""

@@ -6,8 +6,9 @@ import threading
 
 import numpy as np
 
-from sdm.manifest import TableLayout
+from sdm.errors import ConfigError
 from sdm.tiers.base import Tier
+from sdm.tiers.manifest import TableLayout
 
 # DRAM is read in cache lines; a row's bytes counted here are whole 64-byte lines.
 DRAM_LINE_BYTES = 64
@@ -16,15 +17,21 @@ DRAM_LINE_BYTES = 64
 class DramTier(Tier):
     """All rows resident in RAM as ``(num_rows, row_bytes) uint8`` arrays.
 
-    ``source`` is the backing tier the rows are loaded from, a table at a time, the first
-    time the table is used (so opening a store costs nothing until a table is read).
+    ``source`` is the backing tier the rows are loaded from (``supports_load_table``), a
+    table at a time, the first time the table is used (so opening a store costs nothing until
+    a table is read). With ``tables`` (table ids), the tier serves only those: tables a
+    placement pins whole, in front of a cache that serves the rest.
     """
 
-    name = "dram"
+    name = kind = "dram"
     holds_all_rows = True
 
-    def __init__(self, source: Tier):
+    def __init__(self, source: Tier, tables: frozenset[int] | None = None, *, name: str = "dram"):
+        if not source.supports_load_table:
+            raise ConfigError(f"a DRAM tier loads whole tables; tier {source.name!r} cannot")
+        self.name = name
         self._source = source
+        self._only = None if tables is None else frozenset(tables)
         self._tables: dict[int, np.ndarray] = {}
         self._lock = threading.Lock()
         self._rows_read = 0
@@ -43,8 +50,10 @@ class DramTier(Tier):
         np.take(self.resident(layout), ids, axis=0, out=out)
         self._rows_read += len(ids)
 
-    def count_hits(self, n: int) -> None:
-        """Record ``n`` rows pooled straight from the resident table (no copy through read_rows)."""
+    def serves(self, layout):
+        return self._only is None or layout.table_id in self._only
+
+    def count_hits(self, n, layout):
         self._rows_read += n
 
     def row_offsets(self, layout, ids):

@@ -25,21 +25,20 @@ from sdm.errors import ConfigError
 from sdm.formats import typed_rows
 from sdm.kernels.dedup import unique_inverse
 from sdm.kernels.serve import (C_HITS, C_MISSES, C_PREFETCH_USED, C_PREFETCH_WASTED, C_REJECTED,
-                               N_COUNTERS, fill_rows, probe_batch)
-from sdm.manifest import TableLayout
+                               N_COUNTERS, TABLE_SHIFT, fill_rows, probe_batch)
+from sdm.tiers.manifest import TableLayout
 from sdm.policies import Cache
 from sdm.policies.cache import _no_admission
-from sdm.pooling import pool
-from sdm.tiers.base import Tier
+from sdm.kernels.pooling import pool
+from sdm.tiers.base import CacheTier, Tier
 
-__all__ = ["DramCacheTier", "TABLE_SHIFT"]
+__all__ = ["DramCacheTier"]
 
-TABLE_SHIFT = 48  # row ids are < 2**48 (TableSpec's limit)
 _MIN_SCRATCH = 1024
 _LINE = 64  # slots start on cache lines, so a row costs exactly ceil(row_bytes / 64) lines
 
 
-class DramCacheTier(Tier):
+class DramCacheTier(CacheTier):
     """Up to ``capacity_rows`` rows of any tables, each in a slot of ``slot_bytes`` bytes.
 
     Args:
@@ -51,8 +50,6 @@ class DramCacheTier(Tier):
 
     Thread-safe: one batch at a time holds the cache (the kernels inside run on all cores).
     """
-
-    holds_all_rows = False
 
     def __init__(self, lower: Tier, capacity_rows: int, slot_bytes: int, *, policy: str = "lru",
                  admission=None, name: str = "cache", seed: int = 0):

@@ -34,7 +34,7 @@ import lmdb
 import numpy as np
 
 from sdm.errors import CorruptStoreError, StoreError
-from sdm.manifest import CHECKSUM_BYTES, LMDB_PAGE_BYTES, LMDB_VALUE_BYTES, TableLayout
+from sdm.tiers.manifest import CHECKSUM_BYTES, LMDB_PAGE_BYTES, LMDB_VALUE_BYTES, TableLayout
 from sdm.tiers.lmdb_check import MetaGone, TreeDamage, check_tree
 from sdm.tiers.base import Tier
 
@@ -417,8 +417,9 @@ def _given(txn):
 class LmdbTier(Tier):
     """Rows read from the LMDB environment on demand, a block (one value) per read."""
 
-    name = "lmdb"
+    name = kind = "lmdb"
     holds_all_rows = True
+    supports_load_table = True
 
     def __init__(self, db: RowDB):
         self.db = db

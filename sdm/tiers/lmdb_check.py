@@ -33,7 +33,7 @@ import struct
 
 import numpy as np
 
-from sdm._jit import jit
+from sdm.kernels.jit import jit
 
 __all__ = ["check_tree", "check_tree_reference", "TreeDamage", "MetaGone"]
 

@@ -1,4 +1,4 @@
-"""``Metered``: a device model wrapped around any tier.
+"""``Metered``: a device model wrapped around any tier (:func:`metered` picks the class).
 
 The wrapper finds the blocks a batch touches from the inner tier's ``row_offsets``, charges
 their modeled service time to the injected clock, counts bytes read against useful bytes,
@@ -13,13 +13,13 @@ import threading
 import time
 
 
-from sdm.clock import SimClock, wait_until_ns
 from sdm.devices import DeviceSpec, count_blocks, get_device
 from sdm.errors import ConfigError
-from sdm.manifest import TableLayout
-from sdm.tiers.base import Tier
+from sdm.tiers.base import CacheTier, Tier
+from sdm.tiers.clock import SimClock, wait_until_ns
+from sdm.tiers.manifest import TableLayout
 
-__all__ = ["Metered", "IO_MODES", "MAX_QUEUE_DEPTH"]
+__all__ = ["Metered", "MeteredCache", "metered", "IO_MODES", "MAX_QUEUE_DEPTH"]
 
 IO_MODES = ("modeled", "paced", "direct")
 MAX_QUEUE_DEPTH = 1024
@@ -31,7 +31,7 @@ class Metered(Tier):
     Args:
         inner: the tier serving the rows.
         device: a :class:`~sdm.devices.DeviceSpec` or a preset name of ``sdm.DEVICES``.
-        clock: the :class:`~sdm.clock.SimClock` to charge (a fresh one by default); share
+        clock: the :class:`~sdm.tiers.clock.SimClock` to charge (a fresh one by default); share
             one across the tiers of a hierarchy so energy counts idle time correctly.
         io_mode: ``modeled`` (clock only), ``paced`` (also wait in wall-clock time until the
             modeled completion) or ``direct`` (the inner tier reads with O_DIRECT when it
@@ -54,8 +54,10 @@ class Metered(Tier):
         self.io_mode = io_mode
         self.queue_depth = queue_depth
         self.name = name or inner.name
+        self.kind = inner.kind
         self.holds_all_rows = inner.holds_all_rows
         self.supports_direct_io = inner.supports_direct_io
+        self.supports_load_table = inner.supports_load_table
         self._start_ns = self.clock.now_ns()
         self._lock = threading.Lock()
         self._reads = 0
@@ -85,29 +87,15 @@ class Metered(Tier):
     def read_rows_direct(self, layout, ids, out, *, queue_depth=1):
         return self.inner.read_rows_direct(layout, ids, out, queue_depth=queue_depth)
 
-    def count_hits(self, n: int, layout: TableLayout | None = None) -> None:
+    def count_hits(self, n: int, layout: TableLayout) -> None:
         """Rows pooled straight from the inner tier's resident table.
 
         Their offsets are not seen, so each row is charged as if block aligned
         (``ceil(row_bytes / access_bytes)`` blocks): a lower bound of the true count.
         """
-        self.inner.count_hits(n)
-        if layout is not None and n:
+        self.inner.count_hits(n, layout)
+        if n:
             self._charge_rows(n, layout, time.perf_counter_ns())
-
-    def pool_bags(self, layout, indices, offsets, weights, mean, out) -> int:
-        """Pool bags from a cache's slots (the inner tier's ``pool_bags``). Every lookup
-        reads its row from the slots, as a resident table's lookups read theirs
-        (:meth:`count_hits`), so both are charged alike: one row per lookup, and slots
-        are cache-line aligned, so exactly ``ceil(row_bytes / access_bytes)`` blocks of a
-        64-byte-line device. Returns the distinct rows that hit."""
-        start = time.perf_counter_ns()
-        hits = self.inner.pool_bags(layout, indices, offsets, weights, mean, out)
-        if len(indices):
-            self._charge_rows(len(indices), layout, start)
-        with self._lock:
-            self._wall_ns += time.perf_counter_ns() - start
-        return hits
 
     def _charge_rows(self, n: int, layout: TableLayout, start: int) -> None:
         per_row = -(-layout.spec.row_bytes // self.device.access_bytes)
@@ -128,6 +116,13 @@ class Metered(Tier):
 
     def row_offsets(self, layout, ids):
         return self.inner.row_offsets(layout, ids)
+
+    def serves(self, layout):
+        return self.inner.serves(layout)
+
+    @property
+    def medium(self):
+        return self.inner.medium
 
     def resident(self, layout):
         return self.inner.resident(layout)
@@ -162,3 +157,43 @@ class Metered(Tier):
 
     def __repr__(self):
         return f"Metered({self.inner!r}, device={self.device.name!r}, io_mode={self.io_mode!r})"
+
+
+class MeteredCache(Metered, CacheTier):
+    """:class:`Metered` around a :class:`~sdm.tiers.base.CacheTier`: the cache's own calls
+    pass through, and pooling from its slots is charged to its device."""
+
+    inner: CacheTier
+
+    @property
+    def lower(self) -> Tier:
+        return self.inner.lower
+
+    def pool_bags(self, layout, indices, offsets, weights, mean, out) -> int:
+        """Every lookup reads its row from the slots, as a resident table's lookups read
+        theirs (:meth:`count_hits`), so both are charged alike: one row per lookup, and slots
+        are cache-line aligned, so exactly ``ceil(row_bytes / access_bytes)`` blocks of a
+        64-byte-line device."""
+        start = time.perf_counter_ns()
+        hits = self.inner.pool_bags(layout, indices, offsets, weights, mean, out)
+        if len(indices):
+            self._charge_rows(len(indices), layout, start)
+        with self._lock:
+            self._wall_ns += time.perf_counter_ns() - start
+        return hits
+
+    def pin_rows(self, layout, ids, *, source=None):
+        self.inner.pin_rows(layout, ids, source=source)
+
+    def prefetch(self, layout, ids):
+        return self.inner.prefetch(layout, ids)
+
+    def release(self, layout, ids):
+        self.inner.release(layout, ids)
+
+
+def metered(inner: Tier, device, clock: SimClock | None = None, **options) -> Metered:
+    """``inner`` behind ``device`` (arguments as :class:`Metered`): a :class:`MeteredCache`
+    when ``inner`` is a cache, so the wrapper keeps every ability the tier has."""
+    cls = MeteredCache if isinstance(inner, CacheTier) else Metered
+    return cls(inner, device, clock, **options)

@@ -1,399 +1,33 @@
-"""The SCM tier: a page-aligned row file per table, read through mmap (or O_DIRECT).
+"""The SCM tier: each table's row file (:mod:`sdm.tiers.rowfile`) read through mmap or O_DIRECT.
 
-The row file is derived from the LMDB durable copy and rebuildable at any time::
-
-    scm/t<table_id>.rows (identity order) or scm/t<table_id>-<12 hex digits>.rows (a row
-    order, named by its SHA-256)
-        [0, 4096)        header: magic, version, table id, generation, num_rows, row_bytes,
-                         data bytes, CRC32 of the page-checksum table, SHA-256 of the row
-                         order (zeros for identity order), CRC32 of the whole header page
-        [4096, 4096 + D) the row at position p at 4096 + p * row_bytes (rows packed, so with
-                         a 512 B device a row may straddle two blocks and cost two reads),
-                         padded to D, a whole number of 4 KiB pages, so O_DIRECT can read
-                         the last one
-        [4096 + D, end)  the page-checksum table: a little-endian CRC32 per 4 KiB data page
-                         (padding included), zero padded to a whole page
-
-Positions are row ids unless the tier is given a row order for the table (a placement's
-``row_order``: ``order[p]`` is the row at position p, so rows looked up together can share
-device blocks); reads then map ids through ``pos = inverse(order)``.
-
-A file is used only when its header matches the table's committed generation, geometry and
-row order, its size is right and its page-checksum table matches its CRC32 (checked when the
-file is opened: a 4-byte read per 4 KiB page, so opening costs 0.1% of the file, not all of
-it); otherwise — missing, stale after a ``write_table``, built for another order, damaged —
-it is rebuilt from LMDB: streamed a chunk at a time into a temporary file, fsynced, renamed
-over the old one, directory fsynced. Readers holding the old file keep their mapping
-(rename keeps the inode). Each data page is checked against its CRC32 the first time a read
-touches it (a bitmap per open file remembers the pages checked, so a page costs one CRC per
-process, not one per read).
-
-Stale is not damage: a file whose header is intact (its CRC holds) but names another
-generation, row order or format version is simply rebuilt. Damage — a header that fails its
-CRC, an intact header for this generation whose geometry or file size is wrong, a page
-table or a data page that fails its CRC, an O_DIRECT read that comes back short — is
-rebuilt too (the read that found it is served again from the new file), and recorded in
-:meth:`MmapTier.stats` (``damage_events`` and the last ``DAMAGE_LOG`` records under
-``damage``), so rows are still served, from the LMDB copy, while the damage shows.
-
-What is not detected: a page changed in place after it was checked (sdm never does that:
-rebuilds write a new inode) serves what it now holds; and a mapped file truncated in place
-by another process between a read's size check and its access faults (SIGBUS). Truncation
-seen by that check (one fstat per batch) or by an O_DIRECT read coming back short is damage
-(recorded, rebuilt, read again).
+A file is used only when it is current and intact; otherwise it is rebuilt from LMDB and the
+read served again from the new file, and damage (as opposed to a stale file) is recorded in
+:meth:`MmapTier.stats`. See :mod:`sdm.tiers.rowfile` for the layout and the checks.
 """
 
 from __future__ import annotations
 
-import hashlib
 import mmap
 import os
-import re
-import struct
 import threading
-import uuid
-import zlib
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Mapping
 
 import numpy as np
 
-from sdm._jit import jit
 from sdm.devices import block_ranges
 from sdm.errors import ConfigError, CorruptStoreError, StoreError
-from sdm.manifest import TableLayout, fsync_dir
 from sdm.tiers.base import Tier
 from sdm.tiers.lmdb import RowDB
+from sdm.tiers.manifest import TableLayout
+from sdm.tiers.rowfile import (HEADER_BYTES, IDENTITY, PAGE_BYTES, STALE, Damaged, RowFile,
+                               build_rowfile, open_verified, order_digest, rowfile_path)
 
-__all__ = ["MmapTier", "ROWFILE_DIRNAME", "HEADER_BYTES", "DAMAGE_LOG", "rowfile_path", "order_digest"]
+__all__ = ["MmapTier", "DAMAGE_LOG"]
 
-ROWFILE_DIRNAME = "scm"
-HEADER_BYTES = 4096
-PAGE_BYTES = 4096
-_MAGIC = b"SDMROWS\x00"
-# 2: the row order's digest. 3: the CRCs cover the whole header page and the data's padding.
-# 4: a CRC32 per data page, checked on first read instead of the whole data on open.
-# Files are derived data: older versions are stale and rebuilt.
-_VERSION = 4
-# magic, version, table id, generation, rows, row bytes, data bytes, page-table crc, order digest
-_HEAD = struct.Struct("<8sIIQQQQI32s")
-_IDENTITY = bytes(32)
-_SIBLING = re.compile(r"t(\d+)(-[0-9a-f]{12})?\.rows")
-# Rows gathered per chunk when building a file in a row order (bounds the builder's memory).
-_BUILD_CHUNK_BYTES = 32 << 20
-_HEAD_CRC = struct.Struct("<I")
-_CRC_AT = _HEAD.size  # the header CRC's offset; it covers every other byte of the page
-# Older versions' header sizes (their CRC follows and covers only those bytes): an intact
-# older header is stale, not damage. Version 3 has this version's header.
-_OLD_HEADS = {1: 44, 2: _HEAD.size}
-_PAGE_CRC = np.dtype("<u4")
-_STALE = "stale"
-# Damage records kept for stats(); damage_events counts all of them.
+#: Damage records kept in :meth:`MmapTier.stats` (``damage``).
 DAMAGE_LOG = 100
-
-
-def rowfile_path(directory: str, layout: TableLayout, digest: bytes = _IDENTITY) -> str:
-    """The row file of ``layout``'s table in the row order of SHA-256 ``digest``:
-    ``scm/t<id>.rows`` in identity order, ``scm/t<id>-<12 hex digits of digest>.rows`` in
-    another, so processes serving one table in different orders do not rebuild each other's
-    file."""
-    suffix = "" if digest == _IDENTITY else "-" + digest[:6].hex()
-    return os.path.join(directory, ROWFILE_DIRNAME, f"t{layout.table_id}{suffix}.rows")
-
-
-def _padded(nbytes: int) -> int:
-    return -(-nbytes // PAGE_BYTES) * PAGE_BYTES
-
-
-def _file_bytes(data_bytes: int) -> tuple[int, int]:
-    """(padded data bytes D, padded page-table bytes) of a file holding ``data_bytes``."""
-    data = _padded(data_bytes)
-    return data, _padded(data // PAGE_BYTES * _PAGE_CRC.itemsize)
-
-
-def _header_crc(page: bytes) -> int:
-    return zlib.crc32(page[_CRC_AT + _HEAD_CRC.size:HEADER_BYTES], zlib.crc32(page[:_CRC_AT]))
-
-
-def _header(layout: TableLayout, data_bytes: int, crc: int, digest: bytes) -> bytes:
-    """The whole header page."""
-    head = _HEAD.pack(_MAGIC, _VERSION, layout.table_id, layout.generation, layout.spec.num_rows,
-                      layout.spec.row_bytes, data_bytes, crc, digest)
-    page = head + bytes(HEADER_BYTES - len(head))
-    return head + _HEAD_CRC.pack(_header_crc(page)) + page[_CRC_AT + _HEAD_CRC.size:]
-
-
-def order_digest(order: np.ndarray | None) -> bytes:
-    """SHA-256 of a row order as little-endian int64 (32 zero bytes for identity order)."""
-    if order is None:
-        return _IDENTITY
-    return hashlib.sha256(np.ascontiguousarray(order, dtype="<i8").data).digest()
-
-
-class _Damaged(Exception):
-    """A read found its row file damaged (internal: the tier records it and rebuilds)."""
-
-
-@jit
-def _unchecked_pages(pos, width, checked, out):
-    """Write to ``out`` the data pages holding rows at positions ``pos`` (``width`` bytes
-    each) that are not ``checked`` yet, repeats allowed; returns how many. A pass over the
-    positions, so a batch whose pages are all checked costs ~1 ns a row."""
-    n = 0
-    for i in range(pos.shape[0]):
-        start = pos[i] * width
-        for p in range(start // 4096, (start + width - 1) // 4096 + 1):
-            if not checked[p]:
-                out[n] = p
-                n += 1
-    return n
-
-
-class _RowFile:
-    """One open row file (header and page table verified): its mmap, a ``(num_rows,
-    row_bytes)`` view, the page CRCs and which pages have been checked against them, and an
-    O_DIRECT descriptor opened on first direct read."""
-
-    def __init__(self, path: str, layout: TableLayout, fd: int, mm: mmap.mmap, data_bytes: int):
-        self.path = path
-        self.layout = layout
-        self.fd = fd
-        self.mmap = mm
-        self.size = len(mm)
-        n, width = layout.spec.num_rows, layout.spec.row_bytes
-        self.rows = np.frombuffer(mm, dtype=np.uint8, count=n * width, offset=HEADER_BYTES).reshape(n, width)
-        pages = data_bytes // PAGE_BYTES
-        self.data = memoryview(mm)[HEADER_BYTES:HEADER_BYTES + data_bytes]
-        self.crcs = np.frombuffer(mm, dtype=_PAGE_CRC, count=pages, offset=HEADER_BYTES + data_bytes)
-        self.checked = np.zeros(pages, dtype=np.bool_)
-        self.unchecked = pages
-        self._check_lock = threading.Lock()
-        self.direct_fd: int | None = None
-        self._owns_fds = True  # set last: a half-built one leaves its fd to the opener
-
-    def check_positions(self, pos: np.ndarray) -> None:
-        """Check every page holding the rows at positions ``pos`` not checked yet (through
-        the mapping); raises _Damaged at the first that fails its CRC."""
-        width = self.layout.spec.row_bytes
-        per_row = (width + PAGE_BYTES - 2) // PAGE_BYTES + 1  # pages a row can span
-        found = np.empty(len(pos) * per_row, dtype=np.int64)
-        pages = np.unique(found[:_unchecked_pages(pos, width, self.checked, found)])
-        self.check_pages(pages, self.data, pages * PAGE_BYTES)
-
-    def check_pages(self, pages: np.ndarray, view, starts: np.ndarray) -> None:
-        """Check distinct data ``pages`` whose bytes are ``view[starts[i]:][:4096]``; raises
-        _Damaged at the first that fails its CRC, else marks them checked."""
-        if not len(pages):
-            return
-        got = np.fromiter((zlib.crc32(view[s:s + PAGE_BYTES]) for s in starts.tolist()),
-                          dtype=np.uint32, count=len(pages))
-        bad = np.flatnonzero(got != self.crcs[pages])
-        if len(bad):
-            raise _Damaged(f"data page {int(pages[bad[0]])} fails its CRC32")
-        with self._check_lock:  # the count must not drop twice for one page
-            self.unchecked -= int(np.count_nonzero(~self.checked[pages]))
-            self.checked[pages] = True
-
-    def close(self) -> None:
-        """Release the file now (the tier is closing: no read is in flight)."""
-        self.rows = self.crcs = None
-        self.data.release()
-        # A view still exported by a caller keeps the map alive; the GC closes it.
-        try:
-            self.mmap.close()
-        except BufferError:
-            pass
-        self._close_fds()
-
-    def __del__(self):
-        # A file retired while other threads may still be reading it (replaced after damage,
-        # a publish or an update) is dropped, not closed: closing its descriptors under a
-        # reader could hand the reader another file's descriptor number. They close here,
-        # when the last reader lets go.
-        self._close_fds()
-
-    def _close_fds(self) -> None:
-        if not getattr(self, "_owns_fds", False):
-            return
-        self._owns_fds = False
-        for fd in (self.fd, self.direct_fd):
-            if fd is not None:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-
-
-def _open_verified(path: str, layout: TableLayout,
-                   digest: bytes = _IDENTITY) -> tuple[_RowFile | None, str | None]:
-    """``(row file, None)`` if the file at ``path`` is current and intact for ``layout`` and
-    the row order of SHA-256 ``digest``; else ``(None, why)``: why is None for a missing
-    file, ``_STALE`` for an intact file of another generation, order or format version, and
-    otherwise names the damage."""
-    data_bytes = layout.spec.num_rows * layout.spec.row_bytes
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return None, None
-    except OSError as exc:
-        return None, f"cannot be opened: {exc}"
-    rf = None
-    try:
-        rf, why = _verify(fd, path, layout, digest, data_bytes)
-        return rf, why
-    except OSError as exc:
-        return None, f"cannot be read: {exc}"
-    finally:
-        if rf is None:
-            os.close(fd)
-
-
-def _verify(fd: int, path: str, layout: TableLayout, digest: bytes,
-            data_bytes: int) -> tuple[_RowFile | None, str | None]:
-    size = os.fstat(fd).st_size
-    page = os.pread(fd, HEADER_BYTES, 0)
-    if len(page) < HEADER_BYTES:
-        return None, f"truncated: {size} bytes, shorter than its {HEADER_BYTES}-byte header"
-    version = struct.unpack_from("<I", page, 8)[0]
-    if page[:8] == _MAGIC and version in _OLD_HEADS:
-        n = _OLD_HEADS[version]
-        if _HEAD_CRC.unpack_from(page, n)[0] == zlib.crc32(page[:n]):
-            return None, _STALE
-    if _HEAD_CRC.unpack_from(page, _CRC_AT)[0] != _header_crc(page):
-        return None, "header fails its CRC32"
-    fields = _HEAD.unpack_from(page)
-    if fields[0] == _MAGIC and fields[1] == 3:
-        return None, _STALE
-    if fields[0] != _MAGIC or fields[1] != _VERSION:
-        return None, f"header has magic {fields[0]!r} version {fields[1]} under an intact CRC"
-    if fields[3] != layout.generation or fields[8] != digest:
-        return None, _STALE
-    want = (layout.table_id, layout.spec.num_rows, layout.spec.row_bytes, data_bytes)
-    got = (fields[2],) + fields[4:7]
-    if got != want:
-        return None, f"header geometry (table id, rows, row bytes, data bytes) {got} is not the table's {want}"
-    padded, table = _file_bytes(data_bytes)
-    expect = HEADER_BYTES + padded + table
-    if size != expect:
-        return None, f"{'truncated' if size < expect else 'extended'}: {size} bytes, expected {expect}"
-    if zlib.crc32(os.pread(fd, table, HEADER_BYTES + padded)) != fields[7]:
-        return None, "page-checksum table fails its CRC32"
-    mm = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
-    return _RowFile(path, layout, fd, mm, padded), None
-
-
-def _ordered_rows(db: RowDB, layout: TableLayout, order: np.ndarray):
-    """Yield the rows of ``layout`` at positions ``order`` in chunks of at most
-    ``_BUILD_CHUNK_BYTES``: each chunk's ids are read sorted (as RowDB reads them) and
-    scattered back into position order."""
-    width = layout.spec.row_bytes
-    step = max(1, _BUILD_CHUNK_BYTES // width)
-    sorted_rows = np.empty((min(step, len(order)), width), dtype=np.uint8)
-    rows = np.empty_like(sorted_rows)
-    for start in range(0, len(order), step):
-        ids = order[start:start + step]
-        by_id = np.argsort(ids, kind="stable")
-        k = len(ids)
-        db.read_rows(layout, ids[by_id], sorted_rows[:k])
-        rows[:k][by_id] = sorted_rows[:k]
-        yield rows[:k]
-
-
-class _PageCrcs:
-    """CRC32s of consecutive 4 KiB pages of a byte stream fed in chunks of any size (staged
-    so pages are hashed from whole buffers: a chunk is one append, a page one crc32 call)."""
-
-    _STAGE = 1 << 20
-
-    def __init__(self):
-        self.crcs: list[int] = []
-        self.stage = bytearray()
-
-    def add(self, chunk) -> None:
-        self.stage += memoryview(chunk).cast("B")
-        if len(self.stage) >= self._STAGE:
-            self._drain()
-
-    def _drain(self) -> None:
-        full = len(self.stage) // PAGE_BYTES * PAGE_BYTES
-        view = memoryview(self.stage)
-        self.crcs += [zlib.crc32(view[i:i + PAGE_BYTES]) for i in range(0, full, PAGE_BYTES)]
-        view.release()
-        del self.stage[:full]
-
-    def table(self) -> bytes:
-        """The page table (the stream must have ended on a page boundary), zero padded."""
-        self._drain()
-        if self.stage:
-            raise ValueError("page CRCs of a stream that ends mid-page")
-        raw = np.asarray(self.crcs, dtype=_PAGE_CRC).tobytes()
-        return raw + bytes(_padded(len(raw)) - len(raw))
-
-
-def build_rowfile(db: RowDB, directory: str, layout: TableLayout,
-                  order: np.ndarray | None = None, digest: bytes | None = None) -> str:
-    """Write ``layout``'s row file from LMDB atomically, rows in ``order`` (``(num_rows,)
-    int64`` permutation; None = identity; ``digest`` its :func:`order_digest` when known);
-    returns its path. Files of the same table for older generations (any order) are deleted
-    after it is in place."""
-    digest = order_digest(order) if digest is None else digest
-    path = rowfile_path(directory, layout, digest)
-    folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    data_bytes = layout.spec.num_rows * layout.spec.row_bytes
-    try:
-        with open(tmp, "wb") as f:
-            f.write(bytes(HEADER_BYTES))
-            page_crcs = _PageCrcs()
-            chunks = db.iter_blocks(layout) if order is None else _ordered_rows(db, layout, order)
-            for rows in chunks:
-                page_crcs.add(rows)
-                f.write(rows)
-            padding = bytes(_padded(data_bytes) - data_bytes)
-            page_crcs.add(padding)
-            f.write(padding)
-            table = page_crcs.table()
-            f.write(table)
-            f.seek(0)
-            f.write(_header(layout, data_bytes, zlib.crc32(table), digest))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(folder)
-    except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        # CorruptStoreError (damaged LMDB rows) is an OSError too: it passes as it is, naming
-        # the damaged file; only real IO errors of the row file are wrapped.
-        if isinstance(exc, OSError) and not isinstance(exc, StoreError):
-            raise StoreError(f"cannot write SCM row file {path} for table {layout.name!r}: {exc}") from None
-        raise
-    _drop_older_generations(folder, layout)
-    return path
-
-
-def _drop_older_generations(folder: str, layout: TableLayout) -> None:
-    """Unlink row files of ``layout``'s table whose intact header names an older generation
-    (processes still serving that generation keep their mapping: unlink keeps the inode).
-    Files of the current generation in other orders, and damaged files, are left to whoever
-    opens them."""
-    for name in os.listdir(folder):
-        m = _SIBLING.fullmatch(name)
-        if m is None or int(m.group(1)) != layout.table_id:
-            continue
-        path = os.path.join(folder, name)
-        try:
-            with open(path, "rb") as f:
-                page = f.read(HEADER_BYTES)
-            if (len(page) == HEADER_BYTES and _HEAD_CRC.unpack_from(page, _CRC_AT)[0] == _header_crc(page)
-                    and _HEAD.unpack_from(page)[3] < layout.generation):
-                os.unlink(path)
-        except OSError:
-            pass  # gone already, or unreadable: not ours to judge here
 
 
 class MmapTier(Tier):
@@ -403,14 +37,14 @@ class MmapTier(Tier):
     where a device model sees the rows' offsets.
 
     ``row_order`` maps a table name to a ``(num_rows,) int64`` permutation (a
-    :class:`sdm.placement.Placement`'s ``row_order``): that table's file holds row
+    :class:`sdm.store.placement.Placement`'s ``row_order``): that table's file holds row
     ``order[p]`` at position ``p``, and :meth:`row_offsets` reports where each row really
     is, so a device model counts the blocks the layout shares. Tables without an entry keep
     identity order. An order that is not a permutation of the table's rows raises
     ConfigError on the table's first read.
     """
 
-    name = "mmap"
+    name = kind = "mmap"
     holds_all_rows = True
     supports_direct_io = True
 
@@ -419,7 +53,7 @@ class MmapTier(Tier):
         self._directory = directory
         self._orders = {name: np.asarray(order) for name, order in dict(row_order or {}).items()}
         self._pos: dict[str, tuple[np.ndarray, np.ndarray, bytes]] = {}  # name -> order, pos, digest
-        self._files: dict[int, _RowFile] = {}
+        self._files: dict[int, RowFile] = {}
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._pool_size = 0
@@ -429,7 +63,7 @@ class MmapTier(Tier):
         self._damage: deque[dict] = deque(maxlen=DAMAGE_LOG)
         self._damage_events = 0
 
-    def _file(self, layout: TableLayout) -> _RowFile:
+    def _file(self, layout: TableLayout) -> RowFile:
         rf = self._files.get(layout.table_id)
         if rf is not None and rf.layout.generation == layout.generation:
             return rf
@@ -437,14 +71,14 @@ class MmapTier(Tier):
             rf = self._files.get(layout.table_id)
             if rf is not None and rf.layout.generation == layout.generation:
                 return rf
-            if rf is not None:  # another generation: retired (see _RowFile.__del__)
+            if rf is not None:  # another generation: retired (see RowFile.__del__)
                 del self._files[layout.table_id]
             order, _, digest = self._order(layout)
             path = rowfile_path(self._directory, layout, digest)
-            rf, why = _open_verified(path, layout, digest)
+            rf, why = open_verified(path, layout, digest)
             if rf is None:
-                self._rebuild(layout, path, order, digest, None if why == _STALE else why)
-                rf, why = _open_verified(path, layout, digest)
+                self._rebuild(layout, path, order, digest, None if why == STALE else why)
+                rf, why = open_verified(path, layout, digest)
                 if rf is None:
                     raise CorruptStoreError(f"SCM row file {path} for table {layout.name!r} fails "
                                             f"verification right after it was built: {why}",
@@ -478,7 +112,7 @@ class MmapTier(Tier):
             return got
         order = self._orders.get(name)
         if order is None:
-            return None, None, _IDENTITY
+            return None, None, IDENTITY
         n = layout.spec.num_rows
         if (order.ndim != 1 or order.shape[0] != n or order.dtype.kind not in "iu"):
             raise ConfigError(f"row order of table {name!r} must be a ({n},) integer permutation, "
@@ -505,27 +139,27 @@ class MmapTier(Tier):
         ids = np.asarray(ids, dtype=np.int64)
         return ids if pos is None else pos[ids]
 
-    def _replace_damaged(self, layout, rf: _RowFile, what: str) -> None:
+    def _replace_damaged(self, layout, rf: RowFile, what: str) -> None:
         """``rf`` was found damaged while open: record it, rebuild it, stop using it."""
         with self._lock:
             if self._files.get(layout.table_id) is not rf:
                 return  # another thread got here first
-            del self._files[layout.table_id]  # retired (see _RowFile.__del__)
+            del self._files[layout.table_id]  # retired (see RowFile.__del__)
             order, _, digest = self._order(layout)
             self._rebuild(layout, rf.path, order, digest, what)
 
     def _repaired(self, layout, read) -> None:
-        """``read(rf)`` on ``layout``'s file; damage it finds (``_Damaged``) is recorded, the
+        """``read(rf)`` on ``layout``'s file; damage it finds (``Damaged``) is recorded, the
         file rebuilt from LMDB and ``read`` run once more on the new one."""
         rf = self._file(layout)
         try:
             return read(rf)
-        except _Damaged as exc:
+        except Damaged as exc:
             self._replace_damaged(layout, rf, str(exc))
         rf = self._file(layout)
         try:
             return read(rf)
-        except _Damaged as exc:
+        except Damaged as exc:
             raise CorruptStoreError(f"SCM row file {rf.path} for table {layout.name!r}: {exc} right "
                                     f"after it was rebuilt", path=rf.path, table=layout.name) from None
 
@@ -537,7 +171,7 @@ class MmapTier(Tier):
             # fstat per batch catches it (a truncation racing this very read still faults).
             size = os.fstat(rf.fd).st_size
             if size < rf.size:
-                raise _Damaged(f"truncated while open: {size} bytes, expected {rf.size}")
+                raise Damaged(f"truncated while open: {size} bytes, expected {rf.size}")
             if rf.unchecked:
                 rf.check_positions(pos)
             np.take(rf.rows, pos, axis=0, out=out)
@@ -584,7 +218,7 @@ class MmapTier(Tier):
             for j in range(start, len(page_list), queue_depth):
                 got = os.preadv(fd, [view[j * PAGE_BYTES:(j + 1) * PAGE_BYTES]], page_list[j] * PAGE_BYTES)
                 if got != PAGE_BYTES:
-                    raise _Damaged(f"short O_DIRECT read at page {page_list[j]}: {got} bytes")
+                    raise Damaged(f"short O_DIRECT read at page {page_list[j]}: {got} bytes")
 
         workers = min(queue_depth, len(page_list))
         if workers == 1:
@@ -625,7 +259,7 @@ class MmapTier(Tier):
 
     def invalidate(self, layout):
         with self._lock:
-            self._files.pop(layout.table_id, None)  # retired (see _RowFile.__del__)
+            self._files.pop(layout.table_id, None)  # retired (see RowFile.__del__)
 
     def stats(self):
         """``hits``, ``rebuilds`` (files built: missing, stale or damaged), ``damage_events``

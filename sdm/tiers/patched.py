@@ -23,7 +23,7 @@ import threading
 
 import numpy as np
 
-from sdm.manifest import TableLayout
+from sdm.tiers.manifest import TableLayout
 from sdm.tiers.base import Tier
 from sdm.tiers.lmdb import RowDB
 
@@ -43,6 +43,7 @@ class PatchedTier(Tier):
         self.inner = inner
         self._rowfile = rowfile  # layout -> path of the derived file to drop on a rebuild
         self.name = inner.name
+        self.kind = inner.kind
         self.supports_direct_io = inner.supports_direct_io
         self._db = db
         self._dirty: dict[int, np.ndarray] = {}  # table id -> sorted unique updated ids
@@ -68,10 +69,6 @@ class PatchedTier(Tier):
                 except FileNotFoundError:
                     pass
             self.inner.invalidate(layout)
-
-    def dirty_rows(self, layout: TableLayout) -> int:
-        d = self._dirty.get(layout.table_id)
-        return 0 if d is None else len(d)
 
     def _split(self, layout, ids):
         dirty = self._dirty.get(layout.table_id)
@@ -117,7 +114,11 @@ class PatchedTier(Tier):
         self.inner.invalidate(layout)
 
     def stats(self):
-        return {**self.inner.stats(), "updated_rows_from_lmdb": self._patched_reads,
+        """The inner tier's counters, its ``hits`` counting the updated rows read from LMDB
+        too (``updated_rows_from_lmdb`` of them): every row served is a hit of this tier."""
+        inner = self.inner.stats()
+        return {**inner, "hits": inner["hits"] + self._patched_reads,
+                "updated_rows_from_lmdb": self._patched_reads,
                 "updated_rows": int(sum(len(v) for v in self._dirty.values())),
                 "rebuilds_for_updates": self._rebuilds}
 

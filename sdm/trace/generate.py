@@ -32,8 +32,9 @@ from typing import Iterator
 
 import numpy as np
 
-from sdm._jit import jit
+from sdm.kernels.jit import jit
 from sdm.errors import ConfigError, IdOutOfRangeError, InvalidArgumentError
+from sdm.model.presets import PRESETS as MODEL_PRESETS
 from sdm.trace.format import Batch, TraceWriter
 from sdm.trace.stackdist import StackDistanceDistribution, generate_stack_distance_keys, read_dist_file
 
@@ -106,15 +107,20 @@ def _t(v, n):
     return (v,) * n
 
 
-_CRITEO_KAGGLE = (1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593,
-                  3194, 27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572)
-_CRITEO_TB = (9980333, 36084, 17217, 7378, 20134, 3, 7112, 1442, 61, 9758201, 1333352, 313829, 10,
-              2208, 11156, 122, 4, 970, 14, 9994222, 7267859, 9946608, 415421, 12420, 101, 36)
-_MLPERF = (39884406, 39043, 17289, 7420, 20263, 3, 7120, 1543, 63, 38532951, 2953546, 403346, 10,
-           2208, 11938, 155, 4, 976, 14, 39979771, 25641295, 39664984, 585935, 12972, 108, 36)
 # Zipf exponent of the model-shape presets: a parameter, not a measured figure (*unverified*);
 # 1.05 is the skew the REFERENCES.md gather benchmark uses.
 _ALPHA = 1.05
+
+
+def _model_profile(name: str, batch_size: int, batches: int, source: str, **extra) -> Profile:
+    """A Zipf profile shaped like model preset ``name``: its tables, its pooling (one lookup
+    a bag for the Criteo models, whose categorical features are one-hot)."""
+    m = MODEL_PRESETS[name]
+    n = len(m.table_sizes)
+    return Profile(name, "zipf", m.table_sizes, _t(m.pooling, n), _t(_ALPHA, n), True, batch_size,
+                   batches, source=source, **extra)
+
+
 # meta-2021 shape: pooling factors averaging 15.75 lookups per (sample, table), close to the
 # 15.8 of the 2021 traces (887M lookups / (856 tables x 65,536 samples)).
 _META_POOLING = (2, 4, 8, 12, 16, 20, 28, 36)
@@ -135,20 +141,16 @@ PROFILES: dict[str, Profile] = {p.name: p for p in [
             description="one table whose LRU stack distances follow a reference DLRM "
                         "distribution file (--dist FILE)",
             source="facebookresearch/dlrm dlrm_data_pytorch.py trace generation (Hassan et al. 2007)"),
-    Profile("criteo-kaggle", "zipf", _CRITEO_KAGGLE, _t(1, 26), _t(_ALPHA, 26), True, 2048, 32,
-            dense=13, source="REFERENCES.md model presets; dlrm bench/dlrm_s_criteo_kaggle.sh"),
-    Profile("criteo-terabyte", "zipf", _CRITEO_TB, _t(1, 26), _t(_ALPHA, 26), True, 2048, 32,
-            dense=13, source="REFERENCES.md; dlrm bench/dlrm_s_criteo_terabyte.sh (ids capped 10M)"),
-    Profile("mlperf-dlrm", "zipf", _MLPERF, _t(1, 26), _t(_ALPHA, 26), True, 2048, 32, dense=13,
-            source="REFERENCES.md; MLPerf v1 DLRM (ids capped 40M)"),
-    Profile("dlrm-bench", "zipf", _t(1_000_000, 8), _t(100, 8), _t(_ALPHA, 8), True, 1024, 8,
-            source="REFERENCES.md; dlrm bench/dlrm_s_benchmark.sh (8 x 1M, 100 per lookup)"),
-    Profile("rm1", "zipf", _t(4_000_000, 8), _t(80, 8), _t(_ALPHA, 8), True, 1024, 8,
-            source="REFERENCES.md; DeepRecSys dlrm_rm1.json"),
-    Profile("rm2", "zipf", _t(500_000, 32), _t(120, 32), _t(_ALPHA, 32), True, 256, 8,
-            source="REFERENCES.md; DeepRecSys dlrm_rm2.json"),
-    Profile("rm3", "zipf", _t(2_000_000, 10), _t(20, 10), _t(_ALPHA, 10), True, 1024, 16,
-            source="REFERENCES.md; DeepRecSys dlrm_rm3.json"),
+    _model_profile("criteo-kaggle", 2048, 32, "REFERENCES.md model presets; dlrm "
+                   "bench/dlrm_s_criteo_kaggle.sh", dense=13),
+    _model_profile("criteo-terabyte", 2048, 32, "REFERENCES.md; dlrm bench/dlrm_s_criteo_terabyte.sh "
+                   "(ids capped 10M)", dense=13),
+    _model_profile("mlperf-dlrm", 2048, 32, "REFERENCES.md; MLPerf v1 DLRM (ids capped 40M)", dense=13),
+    _model_profile("dlrm-bench", 1024, 8, "REFERENCES.md; dlrm bench/dlrm_s_benchmark.sh (8 x 1M, "
+                   "100 per lookup)"),
+    _model_profile("rm1", 1024, 8, "REFERENCES.md; DeepRecSys dlrm_rm1.json"),
+    _model_profile("rm2", 256, 8, "REFERENCES.md; DeepRecSys dlrm_rm2.json"),
+    _model_profile("rm3", 1024, 16, "REFERENCES.md; DeepRecSys dlrm_rm3.json"),
     Profile("meta-2021", "meta-2021", _t(2_000_000, 8), _META_POOLING, (), False, 16384, 4,
             row_alpha=1.0,
             description="per-batch reuse histograms of Meta's 2021 embedding traces; 8 tables x "

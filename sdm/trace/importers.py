@@ -19,7 +19,7 @@ import zipfile
 
 import numpy as np
 
-from sdm._jit import jit
+from sdm.kernels.jit import jit
 from sdm.errors import ConfigError, InvalidArgumentError
 from sdm.trace.format import Batch, TraceFormatError, TraceWriter, input_file
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sdm._jit import jit
+from sdm.kernels.jit import jit
 from sdm.errors import InvalidArgumentError
 from sdm.trace.format import TraceFormatError, input_file
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sdm._jit import jit
+from sdm.kernels.jit import jit
 from sdm.errors import InvalidArgumentError
 from sdm.trace.format import Trace, load
 from sdm.trace.generate import REUSE_BIN_EDGES

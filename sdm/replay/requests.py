@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sdm._jit import jit
+from sdm.kernels.jit import jit
 from sdm.errors import InvalidArgumentError
-from sdm.tiers.dram_cache import TABLE_SHIFT
+from sdm.kernels.serve import TABLE_SHIFT
 
-__all__ = ["Request", "check_request_size", "request_bounds", "iter_requests", "KeyStream", "key_stream", "TABLE_SHIFT"]
+__all__ = ["Request", "check_request_size", "request_bounds", "iter_requests", "KeyStream", "key_stream"]
 
 
 @dataclass

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from sdm._jit import jit
+from sdm.kernels.jit import jit
 from sdm.devices import DeviceSpec, get_device
 from sdm.errors import InvalidArgumentError
 

@@ -44,7 +44,7 @@ import numpy as np
 
 from sdm.errors import ConfigError, InvalidArgumentError
 from sdm.kernels import pooled as K
-from sdm.pooling import check_offsets
+from sdm.kernels.pooling import check_offsets
 
 __all__ = ["PooledCache", "CHECK_MESSAGES"]
 

@@ -1,11 +1,11 @@
 """Trace replay through a live store: what a hierarchy does to hit rates, IO, latency and QPS.
 
-``replay(trace, config)`` serves every request of a trace (:mod:`sdm.requests` defines a
+``replay(trace, config)`` serves every request of a trace (:mod:`sdm.replay.requests` defines a
 request) with one ``Store.embedding_bags`` call — or one DLRM forward when a model is given —
 and records, per request, the modeled device time the call charged (the difference of
 ``store.modeled_ns()`` around it) and the process CPU time it took. From those it reports
 per-tier counters, modeled latency percentiles, the QPS a latency SLA allows
-(:mod:`sdm.queueing`), CPU time per request, device utilization and energy.
+(:mod:`sdm.replay.queueing`), CPU time per request, device utilization and energy.
 
 The store is either built for the trace in a temporary directory (tables ``emb_0 ...`` of
 the trace's sizes, deterministic random rows) or an existing one whose tables, in creation
@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
-from sdm.config import HierarchyConfig, resolve_config, with_io_mode
+from sdm.store.config import HierarchyConfig, resolve_config, with_io_mode
 from sdm.devices import DEVICES, DeviceSpec
 from sdm.errors import ConfigError, InvalidArgumentError
 from sdm.formats import ROW_FORMATS, row_bytes
-from sdm.queueing import DEFAULT_SLA_US, SlaError, SlaResult, check_sla_us, latency_percentiles_us, qps_at_sla
-from sdm.requests import check_request_size, iter_requests
-from sdm.store import Store, TableSpec
+from sdm.replay.queueing import DEFAULT_SLA_US, SlaError, SlaResult, check_sla_us, latency_percentiles_us, qps_at_sla
+from sdm.replay.requests import check_request_size, iter_requests
+from sdm.store.store import Store, TableSpec
 from sdm.trace.format import Trace, load
 
 __all__ = ["ReplayResult", "replay", "build_store", "dram_hit_rate", "DEFAULT_DIM", "table_names", "COUNTERS"]
@@ -90,7 +90,7 @@ class ReplayResult:
     Scalars: ``trace``, ``config``, ``io_mode``, ``model`` (preset or None), ``dim``, ``fmt``,
     ``batches``, ``requests``, ``samples``, ``lookups`` (measured requests only),
     ``wall_s`` (serving calls), ``cpu_us_per_request``, ``hit_rate`` (share of row reads
-    served from DRAM, :func:`dram_hit_rate`), ``sla`` (:class:`~sdm.queueing.SlaResult` or None).
+    served from DRAM, :func:`dram_hit_rate`), ``sla`` (:class:`~sdm.replay.queueing.SlaResult` or None).
 
     ``tiers``: per tier (fast to slow, as ``Store.stats()``) its counters over the measured
     requests, ``read_amplification`` recomputed from them, ``utilization`` (busy share of
@@ -283,7 +283,7 @@ def replay(trace, config="dram", *, store=None, model: str | None = None, dim: i
             come from the trace, or seeded random ones when it has none of the right width.
         io_mode: override the config's ``modeled`` / ``paced`` / ``direct``.
         sla_us: the p99 latency bound for the QPS search (None: skip it).
-        request_size: samples per request, or None (see :mod:`sdm.requests`).
+        request_size: samples per request, or None (see :mod:`sdm.replay.requests`).
         warmup_batches: batches served first but left out of every reported number.
         max_batches: stop after this many measured batches.
         progress: show a progress bar with the running hit rate (None: only on a terminal).

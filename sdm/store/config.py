@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from sdm.devices import DeviceSpec, get_device
 from sdm.errors import ConfigError
 from sdm.policies import ADMISSIONS, POLICIES
+from sdm.tiers.metered import IO_MODES, MAX_QUEUE_DEPTH
 
 __all__ = [
     "TierConfig", "HierarchyConfig", "HIERARCHY_PRESETS", "TIER_KINDS", "IO_MODES",
@@ -52,9 +53,7 @@ __all__ = [
 ]
 
 TIER_KINDS = ("dram", "cache", "mmap", "lmdb")
-IO_MODES = ("modeled", "paced", "direct")
 CACHE_POLICIES = tuple(p for p in POLICIES if p != "belady")  # belady needs the future
-MAX_QUEUE_DEPTH = 1024
 # The device each kind is metered by when a tier names none.
 DEFAULT_DEVICES = {"dram": "dram", "cache": "dram", "mmap": "optane-p4800x-4k", "lmdb": "nand-p4500"}
 
@@ -139,7 +138,7 @@ class HierarchyConfig:
     all rows must be the last (nothing below it would ever be read).
 
     ``pooled_cache_bytes``: bytes of the pooled-embedding cache in front of the hierarchy
-    (0, the default, for none). ``placement``: a :class:`sdm.placement.Placement` or the
+    (0, the default, for none). ``placement``: a :class:`sdm.store.placement.Placement` or the
     path of one (``sdm place``): tables pinned whole in DRAM, hot rows pinned in the first
     cache, and the row order of the SCM row files; pinned bytes come out of the first
     cache's capacity.
@@ -172,11 +171,11 @@ class HierarchyConfig:
         if isinstance(self.placement, os.PathLike):
             object.__setattr__(self, "placement", os.fspath(self.placement))
         if self.placement is not None and not isinstance(self.placement, str):
-            from sdm.placement import Placement
+            from sdm.store.placement import Placement
 
             if not isinstance(self.placement, Placement):
                 raise ConfigError(f"hierarchy {self.name!r}: placement must be a file path or a "
-                                  f"sdm.placement.Placement, got {self.placement!r}")
+                                  f"sdm.store.placement.Placement, got {self.placement!r}")
         full = [i for i, t in enumerate(self.tiers) if t.holds_all_rows]
         if not full:
             raise ConfigError(f"hierarchy {self.name!r}: the last tier must hold all rows "
@@ -219,22 +218,22 @@ _QD = 16
 # DRAM reads of a gather are independent, so a core keeps several cache-line misses in
 # flight: one per line fill buffer, 10 on Intel cores since Nehalem (12 on Skylake-SP), per
 # Intel's optimization manual. Serial (1) would model a pointer chase, not a gather.
-_DRAM_QD = 10
+DRAM_QUEUE_DEPTH = 10
 HIERARCHY_PRESETS: dict[str, HierarchyConfig] = {
-    "dram": HierarchyConfig("dram", (TierConfig("dram", queue_depth=_DRAM_QD),)),
+    "dram": HierarchyConfig("dram", (TierConfig("dram", queue_depth=DRAM_QUEUE_DEPTH),)),
     "ssd": HierarchyConfig("ssd", (TierConfig("lmdb", "nand-p4500", queue_depth=_QD),)),
     # A DRAM row cache over Nand flash SCM (the SDM paper's first configuration).
     "sdm-nand": HierarchyConfig("sdm-nand", (
-        TierConfig("cache", "dram", capacity_bytes=64 * _MiB, queue_depth=_DRAM_QD),
+        TierConfig("cache", "dram", capacity_bytes=64 * _MiB, queue_depth=DRAM_QUEUE_DEPTH),
         TierConfig("mmap", "nand-p4500", queue_depth=_QD))),
     # A DRAM row cache over Optane SSD read in 512 B sectors (smaller access granularity).
     "sdm-3dxp": HierarchyConfig("sdm-3dxp", (
-        TierConfig("cache", "dram", capacity_bytes=64 * _MiB, queue_depth=_DRAM_QD),
+        TierConfig("cache", "dram", capacity_bytes=64 * _MiB, queue_depth=DRAM_QUEUE_DEPTH),
         TierConfig("mmap", "optane-p4800x-512", queue_depth=_QD))),
     # DRAM cache over a larger 3DXP cache over the Nand SSD holding the durable copy. The
     # 3DXP tier's rows live in RAM here; its device model charges their time.
     "three-tier": HierarchyConfig("three-tier", (
-        TierConfig("cache", "dram", capacity_bytes=16 * _MiB, queue_depth=_DRAM_QD),
+        TierConfig("cache", "dram", capacity_bytes=16 * _MiB, queue_depth=DRAM_QUEUE_DEPTH),
         TierConfig("cache", "optane-p4800x-512", capacity_bytes=256 * _MiB, queue_depth=_QD),
         TierConfig("lmdb", "nand-p4500", queue_depth=_QD))),
 }

@@ -2,7 +2,7 @@
 
 For a two-level hierarchy — a DRAM row cache over one SCM device, the shape of the
 ``sdm-nand`` and ``sdm-3dxp`` presets — each grid point replays the trace's cache key stream
-(:func:`sdm.requests.key_stream`, the same stream the store's cache sees) through
+(:func:`sdm.replay.requests.key_stream`, the same stream the store's cache sees) through
 ``sdm.simulate`` and turns each request's hits and misses into the device time the store
 would charge:
 
@@ -13,11 +13,11 @@ would charge:
 
 summed over the request's tables (the store serves tables one after another), so a point's
 per-request service times equal a live replay's under the equivalent TOML config. From them
-each point gets its modeled QPS at the SLA per device (:mod:`sdm.queueing`). Belady's
+each point gets its modeled QPS at the SLA per device (:mod:`sdm.replay.queueing`). Belady's
 policy is always simulated too: the lower bound of every miss-ratio curve.
 
 Points run on a thread pool: the simulator's kernels release the GIL (``nogil=True`` in
-:mod:`sdm._jit`), so ``workers`` points proceed at once.
+:mod:`sdm.kernels.jit`), so ``workers`` points proceed at once.
 """
 
 from __future__ import annotations
@@ -32,23 +32,24 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
-from sdm._jit import jit
-from sdm.config import HIERARCHY_PRESETS
+from sdm.kernels.jit import jit
+from sdm.store.config import HIERARCHY_PRESETS
 from sdm.devices import get_device
 from sdm.errors import InvalidArgumentError
 from sdm.formats import ROW_FORMATS, row_bytes as row_bytes_of
 from sdm.policies import POLICIES, simulate
 from sdm.policies.cache import check_policy
-from sdm.queueing import (DEFAULT_SLA_US, SlaError, check_sla_us, latency_percentiles_us,
+from sdm.replay.queueing import (DEFAULT_SLA_US, SlaError, check_sla_us, latency_percentiles_us,
                           qps_at_sla, service_ns_array)
-from sdm.requests import TABLE_SHIFT, KeyStream, check_request_size, key_stream
-from sdm.tiers.mmap import HEADER_BYTES
+from sdm.kernels.serve import TABLE_SHIFT
+from sdm.replay.requests import KeyStream, check_request_size, key_stream
+from sdm.tiers.rowfile import HEADER_BYTES
 from sdm.trace.format import Trace, load
 
 __all__ = ["SweepPoint", "SweepResult", "sweep", "request_service_ns", "DEFAULT_QUEUE_DEPTH",
            "parse_size"]
 
-# The presets' queue depths (sdm.config): SCM reads and DRAM line reads in flight.
+# The presets' queue depths (sdm.store.config): SCM reads and DRAM line reads in flight.
 DEFAULT_QUEUE_DEPTH = HIERARCHY_PRESETS["sdm-nand"].tiers[1].queue_depth
 DEFAULT_CACHE_QUEUE_DEPTH = HIERARCHY_PRESETS["sdm-nand"].tiers[0].queue_depth
 _CACHE_DEVICE = "dram"
@@ -102,7 +103,7 @@ def request_service_ns(stream: KeyStream, hit_mask: np.ndarray, *, row_bytes: in
     """Modeled device time of each request of ``stream`` given which keys hit the cache.
 
     Args:
-        stream: the trace's :class:`~sdm.requests.KeyStream`.
+        stream: the trace's :class:`~sdm.replay.requests.KeyStream`.
         hit_mask: ``(n,)`` bool, per key of ``stream.keys`` (``simulate(..., return_mask=True)``).
         row_bytes: bytes per row.
         device: the SCM device (preset name or :class:`~sdm.devices.DeviceSpec`).
@@ -263,7 +264,7 @@ def sweep(trace, *, policies=("lru",), cache_sizes=(64 << 20,), devices=("nand-p
         dim, fmt: the row shape, which fixes ``row_bytes``.
         sla_us: the p99 bound of the QPS model (a device whose zero-load p99 exceeds it
             reports ``qps_at_sla: null`` and the reason in ``error``).
-        request_size: see :mod:`sdm.requests`.
+        request_size: see :mod:`sdm.replay.requests`.
         queue_depth: SCM reads in flight per request and table.
         cache_queue_depth: DRAM line reads in flight (the presets' cache tier value).
         workers: threads running points (default: every core).

@@ -1,8 +1,8 @@
 """Renderers of replay and sweep results: Markdown, the ``make run`` comparison table, PNG.
 
-Renderers only format; every number comes from :class:`sdm.replay.ReplayResult` or
-:class:`sdm.sweep.SweepResult`. matplotlib (the optional ``plot`` extra) is imported only
-when plots are asked for; without it the plot functions return None and write nothing.
+Renderers only format; every number comes from :class:`sdm.replay.live.ReplayResult` or
+:class:`sdm.replay.sweep.SweepResult`. matplotlib is imported only
+when plots are asked for.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ import numpy as np
 
 from sdm.errors import InvalidArgumentError
 
-__all__ = ["replay_markdown", "comparison_table", "sweep_markdown", "plot_replay", "plot_sweep",
-           "have_matplotlib"]
+__all__ = ["replay_markdown", "comparison_table", "sweep_markdown", "plot_replay", "plot_sweep"]
 
 
 def _us(x) -> str:
@@ -37,7 +36,7 @@ def _bytes(n) -> str:
 
 
 def replay_markdown(r) -> str:
-    """A Markdown summary of one :class:`~sdm.replay.ReplayResult`."""
+    """A Markdown summary of one :class:`~sdm.replay.live.ReplayResult`."""
     j = r.to_json()
     lat = j["latency_us"]
     what = f"{r.requests:,} requests ({r.samples:,} samples, {r.lookups:,} lookups) from {r.batches} batches"
@@ -97,7 +96,7 @@ def comparison_table(results) -> str:
 
 
 def sweep_markdown(s) -> str:
-    """A Markdown table of a :class:`~sdm.sweep.SweepResult`: one row per point."""
+    """A Markdown table of a :class:`~sdm.replay.sweep.SweepResult`: one row per point."""
     head = ["# sdm sweep: `" + os.path.basename(s.trace) + "`", "",
             f"{s.requests:,} requests, {s.lookups:,} lookups, {s.keys:,} cache keys; rows {s.row_bytes} B "
             f"(dim {s.dim}, {s.fmt}); queue depth SCM {s.queue_depth}, DRAM {s.cache_queue_depth}; SLA p99 <= {_us(s.sla_us)}; "
@@ -112,31 +111,17 @@ def sweep_markdown(s) -> str:
     return "\n".join(head) + "\n"
 
 
-def have_matplotlib() -> bool:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def _pyplot():
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
+    import matplotlib  # on the first plot only: importing it costs ~0.5 s
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     return plt
 
 
-def plot_replay(r, outdir) -> list[str] | None:
+def plot_replay(r, outdir) -> list[str]:
     """Write ``latency_cdf.png`` and ``hit_rate.png`` into ``outdir`` (created); returns the
-    paths, or None when matplotlib is missing."""
+    paths."""
     plt = _pyplot()
-    if plt is None:
-        return None
     os.makedirs(outdir, exist_ok=True)
     paths = []
     lat = np.sort(r.service_ns) / 1e3
@@ -163,12 +148,10 @@ def plot_replay(r, outdir) -> list[str] | None:
     return paths
 
 
-def plot_sweep(s, path) -> str | None:
+def plot_sweep(s, path) -> str:
     """Miss-ratio curves per policy (belady dashed, the lower bound) and QPS at SLA per device
-    and cache size; one PNG at ``path``. None when matplotlib is missing."""
+    and cache size; one PNG at ``path``."""
     plt = _pyplot()
-    if plt is None:
-        return None
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
     mib = np.asarray(s.cache_sizes, dtype=np.float64) / (1 << 20)
     for policy, curve in s.curves.items():

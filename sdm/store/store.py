@@ -26,17 +26,17 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
-from sdm.config import HierarchyConfig, resolve_config
+from sdm.store.config import HierarchyConfig, resolve_config
 from sdm.errors import (
     InvalidArgumentError, ReadOnlyError, StoreError, StoreExistsError,
     StoreNotFoundError, UnknownTableError,
 )
 from sdm.formats import dequantize_rows, quantize_rows
-from sdm.hierarchy import Hierarchy
-from sdm.manifest import MANIFEST_NAME, Manifest, TableLayout, TableSpec, fsync_dir
+from sdm.store.hierarchy import Hierarchy
+from sdm.tiers.manifest import MANIFEST_NAME, Manifest, TableLayout, TableSpec, fsync_dir
 from sdm.kernels.dedup import unique_inverse
-from sdm.pooled import PooledCache
-from sdm.pooling import check_ids, check_mode, check_offsets, check_weights
+from sdm.store.pooled import PooledCache
+from sdm.kernels.pooling import check_ids, check_mode, check_offsets, check_weights
 from sdm.tiers.lmdb import RowDB
 
 __all__ = ["Store", "TableSpec", "PrefetchTicket"]
@@ -123,7 +123,7 @@ class Store:
     @classmethod
     def open(cls, path, *, config=None, readonly: bool = False) -> "Store":
         """Open an existing store. ``config``: a hierarchy preset name, a TOML path, or a
-        :class:`sdm.config.HierarchyConfig` (default ``dram``).
+        :class:`sdm.store.config.HierarchyConfig` (default ``dram``).
 
         Raises:
             StoreNotFoundError: no store at ``path``.
@@ -416,7 +416,7 @@ class Store:
         served through a cache (resident, pinned whole, or no cache in the hierarchy) need
         no prefetch and are skipped. The reads are charged to the devices like any other;
         whether they overlap other work is the caller's schedule (see
-        :class:`sdm.prefetch.Lookahead`).
+        :class:`sdm.store.prefetch.Lookahead`).
         """
         with self._serving():
             checked = self._check_requests(requests, "sum")

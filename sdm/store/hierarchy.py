@@ -6,11 +6,15 @@ sit in front of it and whether it serves lookups itself. Every tier is wrapped i
 lookup probes tiers fast to slow: a cache serves its hits and reads its misses from the
 tier below (metered there), admitting them; the last tier holds every row.
 
-A placement (``config.placement``, see :mod:`sdm.placement`) adds three decisions: tables
-pinned whole in DRAM (served from a resident copy, shown as the ``pinned`` tier; their
-bytes come out of the first cache's capacity), hot rows pinned in the first cache, and
-the order rows are laid out in the SCM row files (so rows looked up together share device
-blocks).
+A placement (``config.placement``, see :mod:`sdm.store.placement`) adds three decisions: tables
+pinned whole in DRAM (a ``pinned`` DRAM tier in front that serves only those tables, metered
+like every DRAM tier; their bytes come out of the first cache's capacity), hot rows pinned in
+the first cache, and the order rows are laid out in the SCM row files (so rows looked up
+together share device blocks).
+
+The hierarchy uses the tier contract only (:mod:`sdm.tiers.base`): a table is served by the
+first tier that :meth:`~sdm.tiers.base.Tier.serves` it; a tier that does not hold all rows is
+a :class:`~sdm.tiers.base.CacheTier`.
 """
 
 from __future__ import annotations
@@ -19,17 +23,18 @@ import os
 
 import numpy as np
 
-from sdm.clock import SimClock
-from sdm.config import HierarchyConfig, TierConfig
+from sdm.tiers.clock import SimClock
+from sdm.store.config import DRAM_QUEUE_DEPTH, HierarchyConfig, TierConfig
 from sdm.errors import ConfigError
 from sdm.formats import typed_rows
 from sdm.kernels.dedup import unique_inverse
-from sdm.manifest import Manifest, TableLayout
-from sdm.pooling import pool
+from sdm.tiers.manifest import Manifest, TableLayout
+from sdm.kernels.pooling import pool
 from sdm.tiers import DramTier, LmdbTier, Tier
+from sdm.tiers.base import CacheTier
 from sdm.tiers.dram_cache import DramCacheTier
 from sdm.tiers.lmdb import RowDB
-from sdm.tiers.metered import Metered
+from sdm.tiers.metered import Metered, metered
 from sdm.tiers.mmap import MmapTier
 from sdm.tiers.patched import PatchedTier
 
@@ -37,8 +42,9 @@ from sdm.tiers.patched import PatchedTier
 class Hierarchy:
     """Tiers ordered fast to slow, each metered by its device on one :class:`SimClock`.
 
-    ``tiers[0]`` serves every read: a cache forwards its misses to ``tiers[1]`` and so on;
-    the last tier holds all rows.
+    A table is served by the first of ``tiers`` that serves it (every tier but a ``pinned``
+    one serves every table): a cache forwards its misses to the tier below it and so on; the
+    last tier holds all rows.
     """
 
     def __init__(self, config: HierarchyConfig, db: RowDB, *, clock: SimClock | None = None):
@@ -49,7 +55,6 @@ class Hierarchy:
         self.placement = _load_placement(config, tables)
         by_name = {t.name: t for t in tables}
         pinned_tables = [by_name[n] for n in self.placement.pinned_tables] if self.placement else []
-        self._pinned_ids = {t.table_id for t in pinned_tables}
         widest = max((t.spec.row_bytes for t in tables), default=1)
         total_rows = sum(t.spec.num_rows for t in tables)
         total_bytes = sum(t.spec.num_rows * t.spec.row_bytes for t in tables)
@@ -74,22 +79,22 @@ class Hierarchy:
                     inner = PatchedTier(mapped, db, rowfile=mapped.path_of)
                 else:
                     inner = backing
-            lower = Metered(inner, tc.device, self.clock, io_mode=config.io_mode,
+            lower = metered(inner, tc.device, self.clock, io_mode=config.io_mode,
                             queue_depth=tc.queue_depth, name=_tier_name(config, index))
             built.append(lower)
-        self.tiers: list[Metered] = built[::-1]
-        self._top = self.tiers[0]
-        self._cache: DramCacheTier | None = self._top.inner if isinstance(self._top.inner, DramCacheTier) else None
-        # Tables pinned whole: a resident copy metered as DRAM. Under a `dram` top tier every
-        # table is resident already, so there is nothing to pin.
-        self._pinned: Metered | None = None
+        # Tables pinned whole: a resident copy in front, metered like every DRAM tier. Under a
+        # `dram` top tier every table is resident already, so there is nothing to pin.
         if pinned_tables and config.tiers[0].kind != "dram":
-            self._pinned = Metered(DramTier(backing), "dram", self.clock, io_mode=config.io_mode,
-                                   name="pinned")
+            pinned = DramTier(backing, frozenset(t.table_id for t in pinned_tables), name="pinned")
+            built.append(Metered(pinned, "dram", self.clock, io_mode=config.io_mode,
+                                 queue_depth=DRAM_QUEUE_DEPTH))
+        self.tiers: list[Metered] = built[::-1]
+        self._cache: CacheTier | None = next((t for t in self.tiers if not t.holds_all_rows), None)
         self._pin_plan: dict[int, np.ndarray] = {}
         if self._cache is not None and self.placement is not None:
+            whole = {t.table_id for t in pinned_tables}
             for name, ids in self.placement.pinned_rows.items():
-                if len(ids) and by_name[name].table_id not in self._pinned_ids:
+                if len(ids) and by_name[name].table_id not in whole:
                     self._pin_plan[by_name[name].table_id] = ids
             for layout in tables:
                 self._pin(layout)
@@ -110,24 +115,24 @@ class Hierarchy:
         # medium, uncharged, so device counters show the traffic only.
         ids = self._pin_plan.get(layout.table_id)
         if ids is not None and layout.generation is not None:
-            lower = self._cache.lower
-            self._cache.pin_rows(layout, ids, source=getattr(lower, "inner", lower))
+            self._cache.pin_rows(layout, ids, source=self._cache.lower.medium)
 
-    def _serving(self, layout: TableLayout) -> Metered:
-        return self._pinned if self._pinned is not None and layout.table_id in self._pinned_ids else self._top
+    def serving(self, layout: TableLayout) -> Tier:
+        """The tier lookups of ``layout``'s table start at."""
+        return next(t for t in self.tiers if t.serves(layout))
 
     def resident(self, layout: TableLayout) -> np.ndarray | None:
         """The whole table in memory when the serving tier keeps it so, else None."""
-        return self._serving(layout).resident(layout)
+        return self.serving(layout).resident(layout)
 
-    def count_resident_hits(self, n: int, layout: TableLayout | None = None) -> None:
+    def count_resident_hits(self, n: int, layout: TableLayout) -> None:
         """Record ``n`` rows of ``layout`` pooled straight from :meth:`resident`."""
-        self._serving(layout).count_hits(n, layout)
+        self.serving(layout).count_hits(n, layout)
 
     def read_rows(self, layout: TableLayout, ids: np.ndarray, out: np.ndarray) -> None:
         """Rows ``ids`` (sorted, unique int64) into ``out`` ``(n, row_bytes) uint8``, probing
         the tiers fast to slow."""
-        self._serving(layout).read_rows(layout, ids, out)
+        self.serving(layout).read_rows(layout, ids, out)
 
     def pool(self, layout: TableLayout, indices: np.ndarray, offsets: np.ndarray, weights,
              mean: bool, out: np.ndarray) -> np.ndarray:
@@ -137,13 +142,13 @@ class Hierarchy:
         from its slots after one probe of the batch's distinct ids; otherwise the distinct
         rows are read once from the serving tier and pooled from that buffer.
         """
-        tier = self._serving(layout)
+        tier = self.serving(layout)
         fmt = layout.spec.fmt
         table = tier.resident(layout)
         if table is not None:
             tier.count_hits(len(indices), layout)
             return pool(typed_rows(table, fmt), indices, offsets, weights, mean, fmt, out)
-        if tier is self._top and self._cache is not None:
+        if not tier.holds_all_rows:
             tier.pool_bags(layout, indices, offsets, weights, mean, out)
             return out
         unique, inverse = unique_inverse(indices)
@@ -152,26 +157,26 @@ class Hierarchy:
         return pool(typed_rows(rows, fmt), inverse, offsets, weights, mean, fmt, out)
 
     def prefetch(self, layout: TableLayout, ids: np.ndarray) -> bool:
-        """Bring rows ``ids`` (sorted, unique int64) into the first cache ahead of use and pin
-        them until :meth:`release`. Returns False (nothing done) when no cache serves the
+        """Bring rows ``ids`` (sorted, unique int64) into the serving cache ahead of use and
+        pin them until :meth:`release`. Returns False (nothing done) when no cache serves the
         table: then every row is served from a tier that holds them all anyway."""
-        if self._cache is None or self._serving(layout) is not self._top:
+        tier = self.serving(layout)
+        if tier.holds_all_rows:
             return False
-        self._cache.prefetch(layout, ids)
+        tier.prefetch(layout, ids)
         return True
 
     def release(self, layout: TableLayout, ids: np.ndarray) -> None:
         """Unpin rows a :meth:`prefetch` of ``layout``'s table pinned."""
-        if self._cache is not None:
-            self._cache.release(layout, ids)
+        tier = self.serving(layout)
+        if not tier.holds_all_rows:
+            tier.release(layout, ids)
 
     def invalidate(self, layout: TableLayout) -> None:
         """``layout``'s rows changed: every tier forgets them, slow to fast (so a cache's
         pinned rows are loaded again from tiers that hold the new ones)."""
         for tier in self.tiers[::-1]:
             tier.invalidate(layout)
-        if self._pinned is not None:
-            self._pinned.invalidate(layout)
         if self._cache is not None:
             self._pin(layout)
 
@@ -181,25 +186,14 @@ class Hierarchy:
         row reads the new one)."""
         for tier in self.tiers[::-1]:
             tier.rows_changed(layout, ids)
-        if self._pinned is not None:
-            self._pinned.rows_changed(layout, ids)
 
     def stats(self) -> list[dict]:
         """Per tier, fast to slow: ``name``, ``kind``, ``device``, ``hits``, ``misses``,
         ``reads``, ``bytes_read``, ``useful_bytes``, ``read_amplification``, ``modeled_ns``,
         ``energy_j``, ``wall_ns``, ``io_mode``, ``queue_depth`` and tier-specific counters.
         With tables pinned whole, a ``pinned`` DRAM tier comes first."""
-        rows = []
-        kinds = [tc.kind for tc in self.config.tiers]
-        tiers = list(self.tiers)
-        if self._pinned is not None:
-            kinds.insert(0, "dram")
-            tiers.insert(0, self._pinned)
-        for kind, tier in zip(kinds, tiers):
-            counters = {"hits": 0, "misses": 0}
-            counters.update(tier.stats())
-            rows.append({"name": tier.name, "kind": kind, **counters})
-        return rows
+        return [{"name": tier.name, "kind": tier.kind, "hits": 0, "misses": 0, **tier.stats()}
+                for tier in self.tiers]
 
     def modeled_ns(self) -> int:
         """Simulated time since the hierarchy was built (every tier's busy time, in turn)."""
@@ -208,22 +202,20 @@ class Hierarchy:
     def close(self) -> None:
         for tier in self.tiers:
             tier.close()
-        if self._pinned is not None:
-            self._pinned.close()
 
 
 def _load_placement(config: HierarchyConfig, tables):
     """The config's placement (a Placement or a path), checked against the store's tables."""
     if config.placement is None:
         return None
-    from sdm.placement import Placement  # only hierarchies with a placement need it
+    from sdm.store.placement import Placement  # only hierarchies with a placement need it
 
     placement = config.placement
     if isinstance(placement, str):
         placement = Placement.load(placement)
     elif not isinstance(placement, Placement):
         raise ConfigError(f"hierarchy {config.name!r}: placement must be a path or an "
-                          f"sdm.placement.Placement, got {type(placement).__name__}")
+                          f"sdm.store.placement.Placement, got {type(placement).__name__}")
     placement.validate({t.name: t.spec for t in tables})
     return placement
 

@@ -13,14 +13,14 @@ import os
 import tempfile
 from pathlib import Path
 
-from sdm.queueing import DEFAULT_SLA_US
-from sdm.replay import DEFAULT_DIM, ReplayResult, build_store, replay
+from sdm.replay.queueing import DEFAULT_SLA_US
+from sdm.replay.live import DEFAULT_DIM, ReplayResult, build_store, replay
 from sdm.trace.format import load
 
 __all__ = ["DEMO_PRESETS", "DEFAULT_TRACE", "default_trace", "run_demo"]
 
 DEMO_PRESETS = ("dram", "sdm-nand", "sdm-3dxp")
-DEFAULT_TRACE = Path(__file__).resolve().parents[1] / "traces" / "default.npz"
+DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "traces" / "default.npz"
 # traces/README.md: how default.npz was made
 _DEFAULT_PROFILE = dict(profile="meta-2021", seed=0, table_size="100000", batch_size=256, batches=32)
 
@@ -40,7 +40,7 @@ def run_demo(presets=DEMO_PRESETS, *, trace=None, dim: int = DEFAULT_DIM, fmt: s
              progress: bool | None = None) -> list[ReplayResult]:
     """Replay ``trace`` (default: :func:`default_trace`) through each preset over one store
     built under ``workdir`` (a temp dir by default). Returns one
-    :class:`~sdm.replay.ReplayResult` per preset, each with ``extra["checksum"]``."""
+    :class:`~sdm.replay.live.ReplayResult` per preset, each with ``extra["checksum"]``."""
     with tempfile.TemporaryDirectory(prefix="sdm-demo-", dir=workdir) as tmp:
         path = trace if trace is not None else default_trace(tmp)
         with load(path) as tr:
