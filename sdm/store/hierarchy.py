@@ -34,7 +34,8 @@ from sdm.tiers import DramTier, LmdbTier, Tier
 from sdm.tiers.base import CacheTier
 from sdm.tiers.dram_cache import DramCacheTier
 from sdm.tiers.lmdb import RowDB
-from sdm.tiers.metered import Metered, metered
+from sdm.devices import get_device
+from sdm.tiers.metered import DeviceQueue, Metered, metered
 from sdm.tiers.mmap import MmapTier
 from sdm.tiers.patched import PatchedTier
 
@@ -60,6 +61,12 @@ class Hierarchy:
         total_bytes = sum(t.spec.num_rows * t.spec.row_bytes for t in tables)
         first_cache = next((i for i, t in enumerate(config.tiers) if t.kind == "cache"), None)
         backing = LmdbTier(db)
+        # One queue per device, shared by every tier on it and every request in flight.
+        self.queues: dict[str, DeviceQueue] = {}
+
+        def queue(device) -> DeviceQueue:
+            return self.queues.setdefault(device.name, DeviceQueue(device))
+
         built: list[Tier] = []
         lower: Tier | None = None
         for index in range(len(config.tiers) - 1, -1, -1):
@@ -80,14 +87,16 @@ class Hierarchy:
                 else:
                     inner = backing
             lower = metered(inner, tc.device, self.clock, io_mode=config.io_mode,
-                            queue_depth=tc.queue_depth, name=_tier_name(config, index))
+                            queue_depth=tc.queue_depth, name=_tier_name(config, index),
+                            queue=queue(tc.device))
             built.append(lower)
         # Tables pinned whole: a resident copy in front, metered like every DRAM tier. Under a
         # `dram` top tier every table is resident already, so there is nothing to pin.
         if pinned_tables and config.tiers[0].kind != "dram":
             pinned = DramTier(backing, frozenset(t.table_id for t in pinned_tables), name="pinned")
-            built.append(Metered(pinned, "dram", self.clock, io_mode=config.io_mode,
-                                 queue_depth=DRAM_QUEUE_DEPTH))
+            dram = get_device("dram")
+            built.append(Metered(pinned, dram, self.clock, io_mode=config.io_mode,
+                                 queue_depth=DRAM_QUEUE_DEPTH, queue=queue(dram)))
         self.tiers: list[Metered] = built[::-1]
         self._cache: CacheTier | None = next((t for t in self.tiers if not t.holds_all_rows), None)
         self._pin_plan: dict[int, np.ndarray] = {}

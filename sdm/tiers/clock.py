@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
 
 from sdm.errors import InvalidArgumentError
 
-__all__ = ["SimClock", "wait_until_ns", "SPIN_BELOW_NS"]
+__all__ = ["SimClock", "Timeline", "on_timeline", "current_timeline", "wait_until_ns", "SPIN_BELOW_NS"]
 
 # time.sleep overshoots by tens of microseconds on Linux, so waits shorter than this spin
 # on perf_counter_ns; longer ones sleep to within this margin of the deadline, then spin.
@@ -46,6 +47,12 @@ class SimClock:
             self._now += ns
             return self._now
 
+    def advance_to_ns(self, ns: int) -> int:
+        """Move time forward to ``ns`` unless it is already later; returns the new time."""
+        with self._lock:
+            self._now = max(self._now, int(ns))
+            return self._now
+
     def __repr__(self):
         return f"SimClock(now_ns={self._now})"
 
@@ -65,3 +72,47 @@ def wait_until_ns(deadline_ns: int) -> int:
     while now < deadline_ns:
         now = time.perf_counter_ns()
     return now
+
+
+class Timeline:
+    """One request's own simulated time, for serving many requests at once in ``modeled`` mode.
+
+    While a thread serves a request :func:`on_timeline`, every device the request reads from
+    is charged from ``now_ns`` (the request's arrival, then the completion of its previous
+    reads) and moves it to the reads' completion; the devices' queues are shared by every
+    request in flight. Without a timeline, charges go to the store's :class:`SimClock`, one
+    batch after another.
+    """
+
+    __slots__ = ("start_ns", "now_ns")
+
+    def __init__(self, start_ns: float = 0.0):
+        self.start_ns = float(start_ns)
+        self.now_ns = self.start_ns
+
+    @property
+    def elapsed_ns(self) -> float:
+        """Simulated time the request has taken so far."""
+        return self.now_ns - self.start_ns
+
+    def __repr__(self):
+        return f"Timeline(start_ns={self.start_ns:.0f}, now_ns={self.now_ns:.0f})"
+
+
+_local = threading.local()
+
+
+@contextmanager
+def on_timeline(timeline: Timeline):
+    """Charge this thread's device reads to ``timeline`` inside the ``with`` block."""
+    previous = getattr(_local, "timeline", None)
+    _local.timeline = timeline
+    try:
+        yield timeline
+    finally:
+        _local.timeline = previous
+
+
+def current_timeline() -> Timeline | None:
+    """The timeline this thread's reads are charged to, or None (the store's clock)."""
+    return getattr(_local, "timeline", None)

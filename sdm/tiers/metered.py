@@ -1,10 +1,12 @@
 """``Metered``: a device model wrapped around any tier (:func:`metered` picks the class).
 
-The wrapper finds the blocks a batch touches from the inner tier's ``row_offsets``, charges
-their modeled service time to the injected clock, counts bytes read against useful bytes,
-and — by IO mode (DESIGN.md §3) — either stops there (``modeled``), really waits until the
-modeled completion (``paced``), or has the inner tier read its file with O_DIRECT
-(``direct``) and records the wall time the real device took.
+The wrapper finds the blocks a batch touches from the inner tier's ``row_offsets``, queues
+them on the device's :class:`DeviceQueue` (shared by every tier and request reading that
+device, so latency rises with load), counts bytes read against useful bytes, and — by IO
+mode (DESIGN.md §3) — either charges the completion to simulated time (``modeled``: the
+request's :class:`~sdm.tiers.clock.Timeline` when it has one, else the store's clock), really
+waits until it (``paced``), or has the inner tier read its file with O_DIRECT (``direct``)
+and records the wall time the real device took.
 """
 
 from __future__ import annotations
@@ -12,35 +14,78 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
+
 
 from sdm.devices import DeviceSpec, count_blocks, get_device
 from sdm.errors import ConfigError
 from sdm.tiers.base import CacheTier, Tier
-from sdm.tiers.clock import SimClock, wait_until_ns
+from sdm.kernels.devqueue import queue_reads
+from sdm.tiers.clock import SimClock, current_timeline, wait_until_ns
 from sdm.tiers.manifest import TableLayout
 
-__all__ = ["Metered", "MeteredCache", "metered", "IO_MODES", "MAX_QUEUE_DEPTH"]
+__all__ = ["Metered", "MeteredCache", "metered", "DeviceQueue", "IO_MODES", "MAX_QUEUE_DEPTH"]
 
 IO_MODES = ("modeled", "paced", "direct")
 MAX_QUEUE_DEPTH = 1024
 
 
+class DeviceQueue:
+    """One device's queue, shared by every request in flight (:mod:`sdm.kernels.devqueue`).
+
+    ``units`` (reads the device serves at once) defaults to ``max_read_iops x latency``;
+    giving it instead sets the throughput to ``units / latency``. Thread-safe.
+    """
+
+    def __init__(self, device, *, units: float | None = None):
+        self.device: DeviceSpec = get_device(device)
+        self.latency_ns = self.device.read_latency_us * 1e3
+        iops = self.device.max_read_iops if units is None else units * 1e9 / self.latency_ns
+        self.spacing_ns = max(1e9 / iops, self.device.access_bytes / self.device.read_bandwidth_gbps)
+        self.units = self.latency_ns / self.spacing_ns
+        self._work = np.zeros(1, dtype=np.float64)
+        self._lanes = np.empty(MAX_QUEUE_DEPTH, dtype=np.float64)
+        self._in_device = np.zeros(1, dtype=np.float64)  # sum over reads of their time in the device
+        self._lock = threading.Lock()
+        self._reads = 0
+
+    def submit(self, issue_ns: float, reads: int, queue_depth: int) -> float:
+        """Queue ``reads`` block reads issued from ``issue_ns`` on, ``queue_depth`` at a time,
+        behind every read queued before; returns their completion time (ns)."""
+        if reads <= 0:
+            return issue_ns
+        with self._lock:
+            done = queue_reads(self._work, float(issue_ns), reads, queue_depth, self.latency_ns,
+                               self.spacing_ns, self._lanes, self._in_device)
+            self._reads += reads
+        return done
+
+    def counters(self) -> tuple[int, float]:
+        """``(reads, in_device_ns)`` so far: over a window of ``elapsed`` ns, utilization is
+        ``reads x spacing_ns / elapsed`` and the mean queue depth ``in_device_ns / elapsed``."""
+        with self._lock:
+            return self._reads, float(self._in_device[0])
+
+
 class Metered(Tier):
-    """``inner`` as seen through ``device``: every read charged to ``clock``.
+    """``inner`` as seen through ``device``: every read queued on the device and charged.
 
     Args:
         inner: the tier serving the rows.
         device: a :class:`~sdm.devices.DeviceSpec` or a preset name of ``sdm.DEVICES``.
         clock: the :class:`~sdm.tiers.clock.SimClock` to charge (a fresh one by default); share
             one across the tiers of a hierarchy so energy counts idle time correctly.
-        io_mode: ``modeled`` (clock only), ``paced`` (also wait in wall-clock time until the
-            modeled completion) or ``direct`` (the inner tier reads with O_DIRECT when it
-            can; the modeled time is still charged, the real time is reported as ``wall_ns``).
+        io_mode: ``modeled`` (simulated time only), ``paced`` (also wait in wall-clock time
+            until the modeled completion) or ``direct`` (the inner tier reads with O_DIRECT
+            when it can; the modeled time is still charged, the real time is ``wall_ns``).
         queue_depth: reads in flight per batch, in ``[1, 1024]``.
+        queue: the device's :class:`DeviceQueue`, shared with every other tier reading the
+            same device (a fresh one by default).
     """
 
     def __init__(self, inner: Tier, device, clock: SimClock | None = None, *,
-                 io_mode: str = "modeled", queue_depth: int = 1, name: str | None = None):
+                 io_mode: str = "modeled", queue_depth: int = 1, name: str | None = None,
+                 queue: DeviceQueue | None = None):
         if not isinstance(inner, Tier):
             raise ConfigError(f"Metered wraps a Tier, got {type(inner).__name__}")
         if io_mode not in IO_MODES:
@@ -53,6 +98,7 @@ class Metered(Tier):
         self.clock = clock if clock is not None else SimClock()
         self.io_mode = io_mode
         self.queue_depth = queue_depth
+        self.queue = queue if queue is not None else DeviceQueue(self.device)
         self.name = name or inner.name
         self.kind = inner.kind
         self.holds_all_rows = inner.holds_all_rows
@@ -77,9 +123,7 @@ class Metered(Tier):
         if len(own):
             offsets = self.inner.row_offsets(layout, own)
             blocks = count_blocks(offsets, layout.spec.row_bytes, self.device.access_bytes)
-            modeled = self._charge(blocks, len(own) * layout.spec.row_bytes)
-            if self.io_mode == "paced":
-                wait_until_ns(start + modeled)
+            self._charge(blocks, len(own) * layout.spec.row_bytes, start)
         with self._lock:
             self._wall_ns += time.perf_counter_ns() - start
         return served
@@ -99,17 +143,32 @@ class Metered(Tier):
 
     def _charge_rows(self, n: int, layout: TableLayout, start: int) -> None:
         per_row = -(-layout.spec.row_bytes // self.device.access_bytes)
-        modeled = self._charge(n * per_row, n * layout.spec.row_bytes)
-        if self.io_mode == "paced":
-            wait_until_ns(start + modeled)
+        self._charge(n * per_row, n * layout.spec.row_bytes, start)
 
-    def _charge(self, blocks: int, useful_bytes: int) -> int:
-        modeled = self.device.service_ns(blocks, self.queue_depth)
+    def _charge(self, blocks: int, useful_bytes: int, wall_start: int) -> float:
+        """Queue ``blocks`` reads on the device; returns the time they took (ns), queueing
+        behind other requests' reads included."""
+        timeline = current_timeline()
+        if self.io_mode == "paced":  # real time: the queue holds wall-clock completions
+            issue = float(wall_start)
+        elif timeline is not None:
+            issue = timeline.now_ns
+        else:
+            issue = float(self.clock.now_ns())
+        done = self.queue.submit(issue, blocks, self.queue_depth)
+        modeled = done - issue
         with self._lock:
             self._reads += blocks
             self._useful += useful_bytes
             self._busy_ns += modeled
-        self.clock.advance_ns(modeled)
+        if self.io_mode == "paced":
+            self.clock.advance_ns(round(modeled))
+            wait_until_ns(int(done))
+        elif timeline is not None:
+            timeline.now_ns = done
+            self.clock.advance_to_ns(round(done))
+        else:
+            self.clock.advance_to_ns(round(done))
         return modeled
 
     # -- the rest of the contract forwards to the inner tier --------------------------
@@ -151,7 +210,7 @@ class Metered(Tier):
         elapsed = self.clock.now_ns() - self._start_ns
         return {**self.inner.stats(), "reads": reads, "bytes_read": bytes_read, "useful_bytes": useful,
                 "read_amplification": bytes_read / useful if useful else 0.0,
-                "modeled_ns": busy, "energy_j": self.device.energy_j(busy, elapsed),
+                "modeled_ns": round(busy), "energy_j": self.device.energy_j(busy, elapsed),
                 "wall_ns": wall, "device": self.device.name, "io_mode": self.io_mode,
                 "queue_depth": self.queue_depth}
 

@@ -1,0 +1,62 @@
+"""The shared device queue: when each block read of a batch completes, given the device's load.
+
+A device is modeled as parallel internal units: up to ``units = max_read_iops x latency``
+reads in service at once (Little's law), each taking at least the device's read latency,
+first come first served once all are busy. In the fluid form used here each read brings
+``spacing = max(1 / max_read_iops, access_bytes / read_bandwidth)`` of work, the device does
+the work of the reads in the order they were issued (FCFS, whichever request issued them:
+this is where requests queue behind one another), and a read completes when its work is
+done and its latency has passed::
+
+    work_i = max(work_{i-1}, issue_i) + spacing
+    done_i = max(issue_i + latency, work_i)
+
+A batch issues its reads ``queue_depth`` at a time: read ``i`` is issued when read
+``i - queue_depth`` of the same batch completes. Alone on an idle device a batch of ``k <= q``
+reads then takes exactly ``max(latency, k x spacing)``, and ``k`` reads at queue depth ``q``
+take ``ceil(k / q)`` waves of ``max(latency, q x spacing)`` while ``q x spacing <= latency``
+and about ``k x spacing`` once the device is throughput-bound: the static form
+``max(latency, q / max_iops)`` per read of DESIGN.md §3. A non-integer number of units
+(3DXP's ~5.2) needs no rounding.
+"""
+
+from __future__ import annotations
+
+from sdm.kernels.jit import jit
+
+__all__ = ["queue_reads"]
+
+
+@jit
+def queue_reads(work, issue_ns, reads, queue_depth, latency_ns, spacing_ns, lanes, in_device):
+    """Queue ``reads`` block reads issued from ``issue_ns`` on, ``queue_depth`` at a time.
+
+    Args:
+        work: ``(1,)`` float64 in/out: when the device finishes the work queued so far (ns).
+        issue_ns: when the batch issues its first reads (ns).
+        reads: block reads of the batch, >= 0.
+        queue_depth: reads of this batch in flight at once, >= 1.
+        latency_ns, spacing_ns: the device's read latency and work per read (ns).
+        lanes: ``(>= min(queue_depth, reads),)`` float64 scratch.
+        in_device: ``(1,)`` float64 in/out, += the time each read spent issued and not yet
+            complete (over time, the integral of the device's queue depth).
+
+    Returns:
+        The batch's completion time (ns): ``issue_ns`` when it reads nothing.
+    """
+    if reads <= 0:
+        return issue_ns
+    q = min(queue_depth, reads)
+    for j in range(q):
+        lanes[j] = issue_ns  # when lane j issues its next read
+    w = work[0]
+    done = issue_ns
+    for i in range(reads):
+        lane = i % q  # a batch's reads complete in issue order, so lanes free round robin
+        issue = lanes[lane]
+        w = max(w, issue) + spacing_ns
+        done = max(issue + latency_ns, w)
+        in_device[0] += done - issue
+        lanes[lane] = done
+    work[0] = w
+    return done
