@@ -16,21 +16,28 @@ from __future__ import annotations
 import numpy as np
 
 from sdm.errors import InvalidArgumentError
+from sdm.validate import check_choice, check_int
 
-__all__ = ["ROW_FORMATS", "row_bytes", "quantize_rows", "dequantize_rows", "check_format"]
+__all__ = ["ROW_FORMATS", "MAX_DIM", "row_bytes", "quantize_rows", "dequantize_rows", "check_format",
+           "check_dim"]
 
 ROW_FORMATS = ("fp32", "fp16", "int8")
+#: The widest row: values per row of any table (``TableSpec.dim``, replay and sweep ``dim``).
+MAX_DIM = 2**16
 
 _INT8_EPS = np.float32(1e-8)  # FBGEMM's kEpsilon in the inverse scale
 _FP16_MAX = float(np.finfo(np.float16).max)  # 65504: larger values would encode as inf
 INT8_TAIL_BYTES = 8  # fp32 scale + fp32 bias after the codes
 
 
-def check_format(fmt) -> str:
+def check_format(fmt, *, error=InvalidArgumentError) -> str:
     """Return ``fmt`` if it names a row format, else raise naming the accepted ones."""
-    if not isinstance(fmt, str) or fmt not in ROW_FORMATS:
-        raise InvalidArgumentError(f"row format {fmt!r} is not one of {ROW_FORMATS}")
-    return fmt
+    return check_choice(fmt, "row format", ROW_FORMATS, error=error)
+
+
+def check_dim(dim, name: str = "dim", *, error=InvalidArgumentError) -> int:
+    """Values per row: an integer in ``[1, MAX_DIM]``."""
+    return check_int(dim, name, lo=1, hi=MAX_DIM, error=error)
 
 
 def row_bytes(fmt: str, dim: int) -> int:
@@ -109,10 +116,9 @@ def dequantize_rows(raw, fmt: str, dim: int) -> np.ndarray:
         ``(n, dim) float32``.
     """
     check_format(fmt)
-    if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (int, np.integer)) or dim < 1:
-        raise InvalidArgumentError(f"dim must be a positive integer, got {dim!r}")
+    dim = check_int(dim, "dim", lo=1)
     raw = np.asarray(raw)
-    width = row_bytes(fmt, int(dim))
+    width = row_bytes(fmt, dim)
     if raw.dtype != np.uint8 or raw.ndim != 2 or raw.shape[1] != width:
         raise InvalidArgumentError(
             f"raw rows for {fmt} dim {dim} must be (n, {width}) uint8, "

@@ -222,8 +222,8 @@ def test_tinylfu_keeps_hot_keys_against_a_scan():
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(policy="lru2", capacity=4), "policy 'lru2' is not one of"),
-    (dict(policy="lru", capacity=0), "capacity 0 is out of range"),
-    (dict(policy="lru", capacity=-3), "capacity -3"),
+    (dict(policy="lru", capacity=0), r"capacity must be an integer in \[1, 2147483647\], got 0"),
+    (dict(policy="lru", capacity=-3), "capacity .*got -3"),
     (dict(policy="lru", capacity=2.5), "capacity must be an integer"),
     (dict(policy="lru", capacity=4, admission="bloom"), "admission 'bloom'"),
 ])
@@ -235,9 +235,9 @@ def test_simulate_rejects_bad_arguments(kwargs, match):
 @pytest.mark.parametrize("keys, match", [
     (np.array([1.0, 2.0]), "integer dtype"),
     (np.array([True, False]), "integer dtype"),
-    (np.array([1, -5]), "contains -5; keys must be >= 0"),
+    (np.array([1, -5]), r"keys -5 is negative \(valid: >= 0\)"),
     (np.zeros((2, 2), dtype=np.int64), "1-D"),
-    (np.array([2**64 - 1], dtype=np.uint64), "above the largest key"),
+    (np.array([2**64 - 1], dtype=np.uint64), "above the largest id 9223372036854775807"),
 ])
 def test_simulate_rejects_bad_keys(keys, match):
     with pytest.raises(InvalidArgumentError, match=match):

@@ -15,7 +15,7 @@ import numpy as np
 
 from sdm.kernels.hashmap import GOLDEN
 from sdm.kernels.jit import jit
-from sdm.errors import InvalidArgumentError
+from sdm.validate import as_int_array
 
 __all__ = ["unique_inverse"]
 
@@ -141,18 +141,7 @@ def unique_inverse(ids) -> tuple[np.ndarray, np.ndarray]:
     Raises:
         InvalidArgumentError: ``ids`` is not 1-D or not integer.
     """
-    ids = np.asarray(ids)
-    if ids.ndim != 1:
-        raise InvalidArgumentError(f"ids must be 1-D, got shape {ids.shape}")
-    if ids.size == 0 and ids.dtype == np.float64:  # np.asarray([])
-        ids = ids.astype(np.int64)
-    if ids.dtype == np.bool_ or not np.issubdtype(ids.dtype, np.integer):
-        raise InvalidArgumentError(f"ids must have an integer dtype, got {ids.dtype}")
-    if ids.dtype == np.uint64 and ids.size and ids.max() > np.iinfo(np.int64).max:
-        raise InvalidArgumentError(f"id {int(ids.max())} does not fit in int64")
-    if ids.dtype not in (np.int32, np.int64):
-        ids = ids.astype(np.int64)
-    ids = np.ascontiguousarray(ids)
+    ids = as_int_array(ids, "ids", keep_int32=True)
     n = ids.shape[0]
     inverse = np.empty(n, dtype=np.int64)
     distinct = _first_seen(ids, inverse, *_scratch(n))

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from sdm.errors import IdOutOfRangeError, InvalidArgumentError, InvalidOffsetsError
+from sdm.errors import InvalidArgumentError, InvalidOffsetsError
 from sdm.formats import INT8_TAIL_BYTES, check_format, row_bytes
+from sdm.validate import as_array, check_choice, check_id_array, check_int
 from sdm.kernels.bag import (_fp16_range, _fp32_range, _int8_range, bag_fp16, bag_fp32, bag_int8,
                              bags_valid)
 
@@ -22,36 +23,13 @@ def check_ids(ids, num_rows: int, *, what: str = "index") -> np.ndarray:
     Returns the ids as a contiguous int32 or int64 array (other integer dtypes are widened
     to int64; floats and bools are rejected rather than silently truncated).
     """
-    ids = _as_array(ids, what, InvalidArgumentError)
-    if ids.ndim != 1:
-        raise InvalidArgumentError(f"{what} must be 1-D, got shape {ids.shape}")
-    if ids.dtype == np.bool_ or not np.issubdtype(ids.dtype, np.integer):
-        if ids.size == 0 and ids.dtype == np.float64:  # np.asarray([]) is float64
-            return np.empty(0, dtype=np.int64)
-        raise InvalidArgumentError(f"{what} must have an integer dtype, got {ids.dtype}")
-    if ids.dtype not in (np.int32, np.int64):
-        if ids.dtype == np.uint64 and ids.size and ids.max() > np.iinfo(np.int64).max:
-            raise IdOutOfRangeError(
-                f"{what} {int(ids.max())} is out of range for a table of {num_rows} rows"
-            )
-        ids = ids.astype(np.int64)
-    ids = np.ascontiguousarray(ids)
-    if ids.size:
-        lo = int(ids.min())
-        hi = int(ids.max())
-        if lo < 0:
-            raise IdOutOfRangeError(f"{what} {lo} is negative; ids must be in [0, {num_rows})")
-        if hi >= num_rows:
-            raise IdOutOfRangeError(
-                f"{what} {hi} is out of range for a table of {num_rows} rows (valid: [0, {num_rows}))"
-            )
-    return ids
+    return check_id_array(ids, what, upper=num_rows, keep_int32=True)
 
 
 def check_offsets(offsets, nnz: int) -> np.ndarray:
     """Validate CSR offsets for ``nnz`` indices: 1-D integer, ``B + 1 >= 1`` entries,
     ``offsets[0] == 0``, non-decreasing, ``offsets[-1] == nnz``. Returns contiguous int64."""
-    offsets = _as_array(offsets, "offsets", InvalidOffsetsError)
+    offsets = as_array(offsets, "offsets", error=InvalidOffsetsError)
     if offsets.ndim != 1:
         raise InvalidOffsetsError(f"offsets must be 1-D, got shape {offsets.shape}")
     if offsets.size == 0:
@@ -82,7 +60,7 @@ def check_weights(per_sample_weights, nnz: int) -> np.ndarray | None:
     """Validate per-sample weights: ``None`` or a 1-D float array of ``nnz`` entries."""
     if per_sample_weights is None:
         return None
-    w = _as_array(per_sample_weights, "per_sample_weights", InvalidArgumentError)
+    w = as_array(per_sample_weights, "per_sample_weights")
     if w.ndim != 1 or w.shape[0] != nnz:
         raise InvalidArgumentError(
             f"per_sample_weights must have shape ({nnz},) like indices, got {w.shape}"
@@ -92,25 +70,15 @@ def check_weights(per_sample_weights, nnz: int) -> np.ndarray | None:
     return np.ascontiguousarray(w, dtype=np.float32)
 
 
-def _as_array(values, what: str, error) -> np.ndarray:
-    """``np.asarray(values)``, with ragged nested lists refused as ``error`` naming ``what``."""
-    try:
-        return np.asarray(values)
-    except (ValueError, TypeError) as exc:
-        raise error(f"{what} must be a 1-D array, got a ragged {type(values).__name__}: {exc}") from None
-
-
 def check_mode(mode) -> bool:
     """Return True for ``mean``, False for ``sum``; raise for anything else."""
-    if mode not in POOLING_MODES:
-        raise InvalidArgumentError(f"mode {mode!r} is not one of {POOLING_MODES}")
-    return mode == "mean"
+    return check_choice(mode, "mode", POOLING_MODES) == "mean"
 
 
 def _check_table(table, fmt: str, dim):
-    if dim is not None and (isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (int, np.integer))):
-        raise InvalidArgumentError(f"dim must be an integer or None, got {dim!r}")
-    table = _as_array(table, "table", InvalidArgumentError)
+    if dim is not None:
+        dim = check_int(dim, "dim")
+    table = as_array(table, "table")
     if table.ndim != 2:
         raise InvalidArgumentError(f"table must be 2-D, got shape {table.shape}")
     if fmt == "int8":

@@ -13,6 +13,7 @@ import numpy as np
 
 from sdm.errors import InvalidArgumentError
 from sdm.kernels import policies as K
+from sdm.validate import as_int_array, check_choice, check_id_array, check_int, check_number
 
 __all__ = ["POLICIES", "ADMISSIONS", "Admission", "AccessResult", "Cache", "check_keys",
            "check_policy", "check_capacity"]
@@ -24,20 +25,14 @@ _EMPTY_I64 = np.empty(0, dtype=np.int64)
 
 
 def check_policy(policy) -> int:
-    """Policy code of a name in :data:`POLICIES`; raise InvalidArgumentError otherwise."""
-    if not isinstance(policy, str) or policy.lower() not in POLICIES:
-        raise InvalidArgumentError(f"policy {policy!r} is not one of {POLICIES}")
-    return POLICIES.index(policy.lower())
+    """Policy code of a name in :data:`POLICIES` (any case); raise InvalidArgumentError otherwise."""
+    return POLICIES.index(check_choice(policy.lower() if isinstance(policy, str) else policy, "policy",
+                                       POLICIES))
 
 
 def check_capacity(capacity) -> int:
     """A capacity in slots: an integer in ``[1, 2**31 - 1]``."""
-    if isinstance(capacity, (bool, np.bool_)) or not isinstance(capacity, (int, np.integer)):
-        raise InvalidArgumentError(f"capacity must be an integer number of slots, got {capacity!r}")
-    c = int(capacity)
-    if c < 1 or c > _MAX_CAPACITY:
-        raise InvalidArgumentError(f"capacity {c} is out of range; it must be in [1, {_MAX_CAPACITY}]")
-    return c
+    return check_int(capacity, "capacity", lo=1, hi=_MAX_CAPACITY)
 
 
 def check_keys(keys, *, what: str = "keys") -> np.ndarray:
@@ -46,26 +41,7 @@ def check_keys(keys, *, what: str = "keys") -> np.ndarray:
     Returns a contiguous int64 array (a view when already one). Negative keys are refused
     because -1 marks an empty entry inside the id -> slot map.
     """
-    try:
-        keys = np.asarray(keys)
-    except (ValueError, TypeError) as exc:
-        raise InvalidArgumentError(f"{what} must be a 1-D array, got a ragged {type(keys).__name__}: "
-                                   f"{exc}") from None
-    if keys.ndim != 1:
-        raise InvalidArgumentError(f"{what} must be 1-D, got shape {keys.shape}")
-    if keys.dtype == np.bool_ or not np.issubdtype(keys.dtype, np.integer):
-        if keys.size == 0 and keys.dtype == np.float64:  # np.asarray([]) is float64
-            return np.empty(0, dtype=np.int64)
-        raise InvalidArgumentError(f"{what} must have an integer dtype, got {keys.dtype}")
-    if keys.size and keys.dtype == np.uint64 and keys.max() > np.iinfo(np.int64).max:
-        raise InvalidArgumentError(
-            f"{what} contains {int(keys.max())}, above the largest key {np.iinfo(np.int64).max}")
-    keys = np.ascontiguousarray(keys, dtype=np.int64)
-    if keys.size and keys.dtype.kind == "i":
-        lo = int(keys.min())
-        if lo < 0:
-            raise InvalidArgumentError(f"{what} contains {lo}; keys must be >= 0")
-    return keys
+    return check_id_array(keys, what)
 
 
 @dataclass(frozen=True)
@@ -88,14 +64,11 @@ class Admission:
     sample_factor: int = 10
 
     def __post_init__(self):
-        if self.kind not in ADMISSIONS:
-            raise InvalidArgumentError(f"admission {self.kind!r} is not one of {ADMISSIONS}")
-        if not isinstance(self.threshold, (int, np.integer)) or self.threshold < 1:
-            raise InvalidArgumentError(f"admission threshold must be an integer >= 1, got {self.threshold!r}")
-        if self.history is not None and (not isinstance(self.history, (int, np.integer)) or self.history < 1):
-            raise InvalidArgumentError(f"admission history must be an integer >= 1, got {self.history!r}")
-        if not isinstance(self.sample_factor, (int, np.integer)) or self.sample_factor < 1:
-            raise InvalidArgumentError(f"admission sample_factor must be an integer >= 1, got {self.sample_factor!r}")
+        check_choice(self.kind, "admission", ADMISSIONS)
+        for name in ("threshold", "history", "sample_factor"):
+            value = getattr(self, name)
+            if value is not None or name != "history":
+                object.__setattr__(self, name, check_int(value, f"admission {name}", lo=1))
 
     @classmethod
     def coerce(cls, admission) -> "Admission | None":
@@ -109,8 +82,8 @@ class Admission:
 
     def make_state(self, capacity: int):
         code = K.ADM_THRESHOLD if self.kind == "threshold" else K.ADM_TINYLFU
-        return K.make_admission_state(code, capacity, threshold=int(self.threshold),
-                                      history=self.history, sample_factor=int(self.sample_factor))
+        return K.make_admission_state(code, capacity, threshold=self.threshold,
+                                      history=self.history, sample_factor=self.sample_factor)
 
 
 
@@ -166,20 +139,13 @@ class Cache:
         self._capacity = check_capacity(capacity)
         self._code = check_policy(policy)
         self._policy = POLICIES[self._code]
-        for name, v in (("small_ratio", small_ratio), ("ghost_ratio", ghost_ratio)):
-            if (isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating))
-                    or not (0.0 < float(v) < 1.0)):
-                raise InvalidArgumentError(f"{name} must be a number in (0, 1), got {v!r}")
-        if (isinstance(move_to_main, (bool, np.bool_)) or not isinstance(move_to_main, (int, np.integer))
-                or move_to_main < 1):
-            raise InvalidArgumentError(f"move_to_main must be an integer >= 1, got {move_to_main!r}")
-        if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
-            raise InvalidArgumentError(f"seed must be an integer, got {seed!r}")
+        ratios = [check_number(v, name, lo=0, hi=1, lo_open=True, hi_open=True)
+                  for name, v in (("small_ratio", small_ratio), ("ghost_ratio", ghost_ratio))]
+        move_to_main = check_int(move_to_main, "move_to_main", lo=1)
+        seed = check_int(seed, "seed")
         self._admission = Admission.coerce(admission)
-        self._state = K.make_cache_state(self._capacity, self._code, seed=int(seed),
-                                         small_ratio=float(small_ratio),
-                                         ghost_ratio=float(ghost_ratio),
-                                         move_to_main=int(move_to_main))
+        self._state = K.make_cache_state(self._capacity, self._code, seed=seed, small_ratio=ratios[0],
+                                         ghost_ratio=ratios[1], move_to_main=move_to_main)
         self._adm = (self._admission.make_state(self._capacity) if self._admission
                      else _no_admission())
 
@@ -296,15 +262,8 @@ class Cache:
     # ------------------------------------------------------------------ helpers
     def _check_slots(self, slots) -> np.ndarray:
         s = np.asarray(slots)
-        if s.ndim == 0:
-            s = s.reshape(1)
-        if s.ndim != 1 or s.dtype == np.bool_ or not np.issubdtype(s.dtype, np.integer):
-            raise InvalidArgumentError(f"slots must be a 1-D integer array, got {s.dtype} {s.shape}")
-        s = np.ascontiguousarray(s, dtype=np.int64)
-        if s.size and (s.min() < 0 or s.max() >= self._capacity):
-            bad = int(s.min()) if s.min() < 0 else int(s.max())
-            raise InvalidArgumentError(f"slot {bad} is out of range [0, {self._capacity})")
-        return s
+        return check_id_array(s.reshape(1) if s.ndim == 0 else s, "slot", upper=self._capacity,
+                              domain=f"a cache of {self._capacity} slots", range_error=InvalidArgumentError)
 
     def _check_next_use(self, next_use, n: int) -> np.ndarray:
         if next_use is None:
@@ -312,7 +271,7 @@ class Cache:
                 raise InvalidArgumentError("policy 'belady' needs next_use: the position of each "
                                            "key's next request (see sdm.simulate)")
             return _EMPTY_I64
-        nu = np.asarray(next_use)
-        if nu.shape != (n,) or not np.issubdtype(nu.dtype, np.integer):
-            raise InvalidArgumentError(f"next_use must be ({n},) integers like keys, got {nu.dtype} {nu.shape}")
-        return np.ascontiguousarray(nu, dtype=np.int64)
+        nu = as_int_array(next_use, "next_use")
+        if nu.shape != (n,):
+            raise InvalidArgumentError(f"next_use must be ({n},) integers like keys, got shape {nu.shape}")
+        return nu

@@ -13,6 +13,7 @@ from sdm.kernels import policies as K
 from sdm.kernels.hashmap import make_hashmap_state
 from sdm.kernels.policies_mrc import SAMPLE_MOD, lru_stack_distances, shards_sample
 from sdm.policies.cache import Cache, check_capacity, check_keys, check_policy
+from sdm.validate import as_int_array, check_number
 
 __all__ = ["SimResult", "simulate", "miss_ratio_curve", "next_use", "lru_stack_distances_of"]
 
@@ -139,14 +140,10 @@ def miss_ratio_curve(keys, capacities, *, policy="lru", sample_rate=None, admiss
     check_policy(policy)
     keys = check_keys(keys)
     caps = np.asarray(capacities)
-    if caps.ndim == 0:
-        caps = caps.reshape(1)
-    if caps.ndim != 1 or caps.dtype == np.bool_ or not np.issubdtype(caps.dtype, np.integer):
-        raise InvalidArgumentError(f"capacities must be a 1-D integer array, got {caps.dtype} {caps.shape}")
-    caps = np.array([check_capacity(int(c)) for c in caps], dtype=np.int64)
+    caps = as_int_array(caps.reshape(1) if caps.ndim == 0 else caps, "capacities")
+    caps = np.array([check_capacity(c) for c in caps.tolist()], dtype=np.int64)
     if sample_rate is not None:
-        if not isinstance(sample_rate, (float, int)) or not (0.0 < float(sample_rate) <= 1.0):
-            raise InvalidArgumentError(f"sample_rate must be in (0, 1], got {sample_rate!r}")
+        sample_rate = check_number(sample_rate, "sample_rate", lo=0, hi=1, lo_open=True)
         if policy.lower() != "lru" or admission is not None:
             raise InvalidArgumentError("sample_rate (SHARDS) is only defined for policy 'lru' "
                                        "without admission")

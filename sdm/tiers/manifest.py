@@ -14,7 +14,9 @@ import re
 from dataclasses import asdict, dataclass
 
 from sdm.errors import CorruptStoreError, InvalidArgumentError
-from sdm.formats import check_format, row_bytes
+from sdm.formats import check_dim, check_format, row_bytes
+from sdm.kernels.serve import TABLE_SHIFT
+from sdm.validate import check_int
 
 __all__ = ["TableSpec", "TableLayout", "Manifest", "MANIFEST_NAME", "SCHEMA_VERSION", "LMDB_VALUE_BYTES"]
 
@@ -27,6 +29,8 @@ LMDB_PAGE_BYTES = 4096
 LMDB_VALUE_BYTES = LMDB_PAGE_BYTES - 16
 CHECKSUM_BYTES = 4
 MAX_TABLES = 2**16
+#: Rows of one table: a row id fits the low bits of a cache key (``table << TABLE_SHIFT | row``).
+MAX_ROWS = 1 << TABLE_SHIFT
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")  # fullmatch: `$` would admit a trailing newline
 
 
@@ -47,12 +51,10 @@ class TableSpec:
                 f"table name {self.name!r} must be 1-128 characters of letters, digits, '_', '.', '-' "
                 f"(not only dots)"
             )
-        for field_name, limit in (("num_rows", 2**48), ("dim", 2**16)):
-            value = getattr(self, field_name)
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
-                raise InvalidArgumentError(
-                    f"table {self.name!r}: {field_name} must be an integer in [1, {limit}], got {value!r}"
-                )
+        # numpy integers are accepted and stored as int (the manifest is JSON)
+        object.__setattr__(self, "num_rows", check_int(self.num_rows, f"table {self.name!r}: num_rows",
+                                                       lo=1, hi=MAX_ROWS))
+        object.__setattr__(self, "dim", check_dim(self.dim, f"table {self.name!r}: dim"))
         check_format(self.fmt)
 
     @property
