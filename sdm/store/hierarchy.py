@@ -214,17 +214,15 @@ class Hierarchy:
 
 
 def _load_placement(config: HierarchyConfig, tables):
-    """The config's placement (a Placement or a path), checked against the store's tables."""
-    if config.placement is None:
-        return None
-    from sdm.store.placement import Placement  # only hierarchies with a placement need it
-
+    """The config's placement (a Placement or a path: the config checked which), checked
+    against the store's tables."""
     placement = config.placement
+    if placement is None:
+        return None
     if isinstance(placement, str):
+        from sdm.store.placement import Placement  # only hierarchies with a placement file need it
+
         placement = Placement.load(placement)
-    elif not isinstance(placement, Placement):
-        raise ConfigError(f"hierarchy {config.name!r}: placement must be a path or an "
-                          f"sdm.store.placement.Placement, got {type(placement).__name__}")
     placement.validate({t.name: t.spec for t in tables})
     return placement
 

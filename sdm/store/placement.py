@@ -21,6 +21,7 @@ import numpy as np
 
 from sdm.errors import ConfigError
 from sdm.tiers.manifest import TableSpec, fsync_dir
+from sdm.validate import as_array, check_permutation
 
 __all__ = ["Placement", "LAYOUTS", "PLACEMENT_FORMAT", "inverse_permutation"]
 
@@ -72,10 +73,7 @@ class Placement:
             for name, arr in dict(getattr(self, attr)).items():
                 if not isinstance(name, str):
                     raise ConfigError(f"placement {attr} key {name!r} is not a table name")
-                try:
-                    a = np.asarray(arr)
-                except (ValueError, TypeError) as exc:
-                    raise ConfigError(f"placement {attr}[{name!r}] is not an array: {exc}") from None
+                a = as_array(arr, f"placement {attr}[{name!r}]", error=ConfigError)
                 if a.ndim != 1 or not (np.issubdtype(a.dtype, np.integer) and a.dtype != np.bool_):
                     raise ConfigError(f"placement {attr}[{name!r}] must be a 1-D integer array, got "
                                       f"shape {a.shape} dtype {a.dtype}")
@@ -105,7 +103,7 @@ class Placement:
                 raise ConfigError(f"placement pinned_rows[{name!r}] must be sorted unique ids >= 0; "
                                   f"entry {at} is {int(ids[at])}")
         for name, order in self.row_order.items():
-            _check_permutation(name, order, order.shape[0])
+            check_permutation(order, order.shape[0], f"placement row_order[{name!r}]", error=ConfigError)
 
     def validate(self, tables: Mapping[str, TableSpec]) -> None:
         """Check the placement against a store's tables.
@@ -271,23 +269,6 @@ def _unlink(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
-
-
-def _check_permutation(name: str, order: np.ndarray, n: int) -> None:
-    if order.shape != (n,):
-        raise ConfigError(f"placement row_order[{name!r}] has {order.shape[0]} entries, needs {n}")
-    if n == 0:
-        return
-    lo, hi = int(order.min()), int(order.max())
-    if lo < 0 or hi >= n:
-        bad = lo if lo < 0 else hi
-        raise ConfigError(f"placement row_order[{name!r}] holds row {bad}, outside [0, {n})")
-    seen = np.zeros(n, dtype=np.bool_)
-    seen[order] = True
-    if not seen.all():
-        missing = int(np.argmin(seen))
-        raise ConfigError(f"placement row_order[{name!r}] is not a permutation of range({n}): row "
-                          f"{missing} is missing (another appears twice)")
 
 
 def inverse_permutation(order: np.ndarray) -> np.ndarray:

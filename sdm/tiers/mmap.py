@@ -23,6 +23,7 @@ from sdm.tiers.lmdb import RowDB
 from sdm.tiers.manifest import TableLayout
 from sdm.tiers.rowfile import (HEADER_BYTES, IDENTITY, PAGE_BYTES, STALE, Damaged, RowFile,
                                build_rowfile, open_verified, order_digest, rowfile_path)
+from sdm.validate import check_permutation
 
 __all__ = ["MmapTier", "DAMAGE_LOG"]
 
@@ -51,7 +52,7 @@ class MmapTier(Tier):
     def __init__(self, db: RowDB, directory: str, row_order: Mapping[str, np.ndarray] | None = None):
         self._db = db
         self._directory = directory
-        self._orders = {name: np.asarray(order) for name, order in dict(row_order or {}).items()}
+        self._orders = dict(row_order or {})
         self._pos: dict[str, tuple[np.ndarray, np.ndarray, bytes]] = {}  # name -> order, pos, digest
         self._files: dict[int, RowFile] = {}
         self._lock = threading.Lock()
@@ -114,18 +115,9 @@ class MmapTier(Tier):
         if order is None:
             return None, None, IDENTITY
         n = layout.spec.num_rows
-        if (order.ndim != 1 or order.shape[0] != n or order.dtype.kind not in "iu"):
-            raise ConfigError(f"row order of table {name!r} must be a ({n},) integer permutation, "
-                              f"got shape {order.shape} dtype {order.dtype}")
-        order = np.ascontiguousarray(order, dtype=np.int64)
-        if n and (order.min() < 0 or order.max() >= n):
-            raise ConfigError(f"row order of table {name!r} holds rows outside [0, {n}): "
-                              f"{int(order.min())} .. {int(order.max())}")
-        pos = np.full(n, -1, dtype=np.int64)
+        order = check_permutation(order, n, f"row order of table {name!r}", error=ConfigError)
+        pos = np.empty(n, dtype=np.int64)
         pos[order] = np.arange(n, dtype=np.int64)
-        if n and pos.min() < 0:
-            raise ConfigError(f"row order of table {name!r} is not a permutation of range({n}): "
-                              f"row {int(np.argmin(pos))} is missing")
         got = (order, pos, order_digest(order))
         self._pos[name] = got
         return got
