@@ -326,6 +326,13 @@ class Store:
     def lookup(self, name: str, ids) -> np.ndarray:
         """Rows ``ids`` of table ``name``, ``(n,)`` ints -> ``(n, dim) float32``."""
         with self._serving():
+            spec = self._readable(name).spec
+            return dequantize_rows(self._lookup(name, ids), spec.fmt, spec.dim)
+
+    def lookup_raw(self, name: str, ids) -> np.ndarray:
+        """Rows ``ids`` of table ``name`` as stored, ``(n,)`` ints -> ``(n, row_bytes) uint8``
+        in the table's row format (:mod:`sdm.formats`); what :meth:`lookup` decodes."""
+        with self._serving():
             return self._lookup(name, ids)
 
     def _lookup(self, name, ids):
@@ -342,7 +349,7 @@ class Store:
             raw_unique = np.empty((len(unique), spec.row_bytes), dtype=np.uint8)
             self._hierarchy.read_rows(layout, unique, raw_unique)
             raw = raw_unique[inverse]
-        return dequantize_rows(raw, spec.fmt, spec.dim)
+        return raw
 
     def embedding_bag(self, name: str, indices, offsets, *, mode: str = "sum",
                       per_sample_weights=None) -> np.ndarray:
