@@ -1,0 +1,11 @@
+"""A store sharded across Ray workers: plan, build, serve (docs/cluster.md).
+
+Modules, one concern each: :mod:`~sdm.cluster.planner` (the cost model, the sharding types
+and the search, ``plan`` and the versioned ``Plan``) and :mod:`~sdm.cluster.errors`.
+"""
+
+from sdm.cluster.errors import CapacityError, PlanError, ShardUnavailableError
+from sdm.cluster.planner import SHARDING_TYPES, CostModel, Plan, Shard, TablePlan, WorkerSpec, plan
+
+__all__ = ["plan", "Plan", "TablePlan", "Shard", "WorkerSpec", "CostModel", "SHARDING_TYPES",
+           "PlanError", "CapacityError", "ShardUnavailableError"]
