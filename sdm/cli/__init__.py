@@ -17,7 +17,7 @@ from sdm import __version__
 from sdm.errors import ConfigError, SdmError
 
 # Modules of sdm.cli that define commands, in the order `sdm --help` lists them.
-COMMAND_MODULES = ("run", "replay", "trace", "place", "report", "devices")
+COMMAND_MODULES = ("run", "replay", "trace", "place", "shard", "report", "devices")
 
 
 def check_output_folder(path) -> None:
@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
 def command_name(args) -> str:
     """``"sdm replay"``, ``"sdm trace gen"``: the command an error line names."""
     words = ["sdm", args.command]
-    sub = getattr(args, "trace_command", None)
+    sub = getattr(args, "trace_command", None) or getattr(args, "shard_command", None)
     if sub:
         words.append(sub)
     return " ".join(words)

@@ -1,11 +1,13 @@
 """A store sharded across Ray workers: plan, build, serve (docs/cluster.md).
 
 Modules, one concern each: :mod:`~sdm.cluster.planner` (the cost model, the sharding types
-and the search, ``plan`` and the versioned ``Plan``) and :mod:`~sdm.cluster.errors`.
+and the search, ``plan`` and the versioned ``Plan``), :mod:`~sdm.cluster.build` (per-worker
+store directories cut from a store) and :mod:`~sdm.cluster.errors`.
 """
 
+from sdm.cluster.build import build
 from sdm.cluster.errors import CapacityError, PlanError, ShardUnavailableError
 from sdm.cluster.planner import SHARDING_TYPES, CostModel, Plan, Shard, TablePlan, WorkerSpec, plan
 
-__all__ = ["plan", "Plan", "TablePlan", "Shard", "WorkerSpec", "CostModel", "SHARDING_TYPES",
+__all__ = ["plan", "Plan", "TablePlan", "Shard", "WorkerSpec", "CostModel", "SHARDING_TYPES", "build",
            "PlanError", "CapacityError", "ShardUnavailableError"]
