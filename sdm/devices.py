@@ -19,13 +19,13 @@ The model (DESIGN.md §3), for ``k`` block reads issued ``q`` at a time:
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from sdm.kernels.jit import jit
-from sdm.errors import ConfigError, InvalidArgumentError
+from sdm.errors import ConfigError
+from sdm.validate import check_int, check_number
 
 __all__ = ["DeviceSpec", "DEVICES", "get_device", "count_blocks", "block_ranges"]
 
@@ -34,6 +34,7 @@ _NUMBERS = ("read_latency_us", "max_read_iops", "read_bandwidth_gbps", "active_w
 # Fields that must be strictly positive (a zero would divide by zero or make reads free);
 # the rest may be zero (a device drawing no idle power, a free device).
 _POSITIVE = ("read_latency_us", "max_read_iops", "read_bandwidth_gbps", "capacity_gb")
+MAX_ACCESS_BYTES = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -70,18 +71,13 @@ class DeviceSpec:
         where = f"device {self.name!r}"
         if not isinstance(self.media, str):
             raise ConfigError(f"{where}: media must be a string, got {self.media!r}")
-        ab = self.access_bytes
-        if isinstance(ab, bool) or not isinstance(ab, int) or ab < 1 or ab > 1 << 24 or ab & (ab - 1):
-            raise ConfigError(f"{where}: access_bytes must be a power of two in [1, 2**24], got {ab!r}")
+        ab = check_int(self.access_bytes, f"{where}: access_bytes", lo=1, hi=MAX_ACCESS_BYTES, error=ConfigError)
+        if ab & (ab - 1):
+            raise ConfigError(f"{where}: access_bytes must be a power of two in [1, 2**24], got {ab}")
+        object.__setattr__(self, "access_bytes", ab)
         for name in _NUMBERS:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ConfigError(f"{where}: {name} must be a finite number, got {value!r}")
-            if name in _POSITIVE and value <= 0:
-                raise ConfigError(f"{where}: {name} must be > 0, got {value!r}")
-            if value < 0:
-                raise ConfigError(f"{where}: {name} must be >= 0, got {value!r}")
-            object.__setattr__(self, name, float(value))
+            object.__setattr__(self, name, check_number(getattr(self, name), f"{where}: {name}", lo=0,
+                                                        lo_open=name in _POSITIVE, error=ConfigError))
         sources = tuple(self.sources.items()) if isinstance(self.sources, dict) else tuple(self.sources)
         known = set(_NUMBERS) | {"access_bytes"}
         for entry in sources:
@@ -254,8 +250,7 @@ def count_blocks(offsets: np.ndarray, row_bytes: int, block_bytes: int) -> int:
         The number of whole blocks a device reads for the batch (a row straddling a block
         boundary costs two).
     """
-    if row_bytes < 1 or block_bytes < 1:
-        raise InvalidArgumentError(f"row_bytes and block_bytes must be >= 1, got {row_bytes}, {block_bytes}")
+    row_bytes, block_bytes = check_int(row_bytes, "row_bytes", lo=1), check_int(block_bytes, "block_bytes", lo=1)
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
     if offsets.size > 1 and np.any(offsets[1:] < offsets[:-1]):
         offsets = np.sort(offsets)

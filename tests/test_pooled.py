@@ -87,9 +87,7 @@ class RefPooledCache:
                 self.c["empty"] += 1
                 continue
             key = (table_id, mean, dim, tuple(seq))
-            if self.cap == 0:  # disabled: every non-empty bag goes to the caller
-                self.c["misses"] += 1
-            elif key in seen:
+            if key in seen:
                 self.c["batch_repeats"] += 1
             elif key in self.od:
                 seen.add(key)
@@ -176,7 +174,7 @@ ops = st.one_of(
 
 # cheap examples (~10 ms): explore three times the profile's default
 @settings(max_examples=3 * settings.default.max_examples)
-@given(capacity=st.one_of(st.sampled_from([0, 79, 80, 200, 1000]), st.integers(0, 3000)),
+@given(capacity=st.one_of(st.sampled_from([1, 79, 80, 200, 1000]), st.integers(1, 3000)),
        hash_bits=st.sampled_from([63, 3, 0]),
        vocab=st.lists(seqs, min_size=1, max_size=12),
        program=st.lists(ops, max_size=14))
@@ -367,18 +365,6 @@ def test_pool_misses_error_leaves_the_cache_sound():
     cache.check_invariants()
 
 
-def test_disabled_cache_passes_batches_through():
-    cache = PooledCache(0)
-    bags = [[1], [1], []]
-    indices, offsets = csr(bags)
-    out = np.empty((3, 3), np.float32)
-    rec = Recorder(TABLES[1], False)
-    cache.pool(1, indices, offsets, False, rec, out)
-    assert rec.calls == [[(1,), (1,), ()]]
-    s = cache.stats()
-    assert (s["bags"], s["misses"], s["empty"], s["hits"], s["bytes_used"]) == (3, 2, 1, 0, 0)
-
-
 def test_int32_indices_and_empty_batch():
     cache = PooledCache(4096)
     indices, offsets = csr([[1, 2], [2]])
@@ -427,7 +413,7 @@ def test_two_threads_hammering_one_cache():
 
 # -- bad arguments -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("cap", [-1, 1.5, True, "1024", None, 2**47])
+@pytest.mark.parametrize("cap", [0, -1, 1.5, True, "1024", None, 2**47])
 def test_bad_capacity(cap):
     with pytest.raises(ConfigError, match="capacity_bytes"):
         PooledCache(cap)

@@ -28,13 +28,14 @@ from sdm.kernels.hashmap import finalize64_many
 from sdm.kernels.jit import jit
 from sdm.store.placement import LAYOUTS, Placement
 from sdm.tiers.manifest import TableSpec
+from sdm.validate import INT64_MAX, check_choice, check_int, check_number
 
 __all__ = ["plan", "blocks_per_lookup"]
 
 # Rows of lookups buffered per table before they are merged into the running counts: bounds
 # the profile's memory to the touched rows plus this buffer.
 _MERGE_IDS = 1 << 22
-_MAX_BYTES = 2**63 - 1  # byte counts are int64 in the profile arithmetic
+_MAX_BYTES = INT64_MAX  # byte counts are int64 in the profile arithmetic
 
 
 # -- trace access ---------------------------------------------------------------------------
@@ -116,8 +117,7 @@ def blocks_per_lookup(trace, tables: Mapping[str, TableSpec], *, row_order=None,
         rows read (summed over batches) and ``lookups`` every lookup of the table, pinned ones
         included, so pins lower the figure.
     """
-    if isinstance(block_bytes, bool) or not isinstance(block_bytes, (int, np.integer)) or block_bytes < 1:
-        raise InvalidArgumentError(f"block_bytes must be an integer >= 1, got {block_bytes!r}")
+    block_bytes = check_int(block_bytes, "block_bytes", lo=1, hi=_MAX_BYTES)
     trace, close = _open_trace(trace)
     try:
         specs = _check_tables(trace, tables)
@@ -375,20 +375,12 @@ def plan(trace, tables: Mapping[str, TableSpec], *, dram_bytes: int, pin_fractio
     Raises:
         ConfigError: bad arguments, or a trace whose tables do not match the store's.
     """
-    if (isinstance(dram_bytes, bool) or not isinstance(dram_bytes, (int, np.integer))
-            or not 0 <= dram_bytes <= _MAX_BYTES):
-        raise ConfigError(f"dram_bytes must be an integer in [0, 2**63 - 1], got {dram_bytes!r}")
-    if (isinstance(pin_fraction, bool) or not isinstance(pin_fraction, (int, float, np.floating))
-            or not 0.0 <= float(pin_fraction) <= 1.0):
-        raise ConfigError(f"pin_fraction must be a number in [0, 1], got {pin_fraction!r}")
-    if layout is not None and layout not in LAYOUTS:
-        raise ConfigError(f"layout {layout!r} is not one of {list(LAYOUTS)} or None")
-    if (isinstance(block_bytes, bool) or not isinstance(block_bytes, (int, np.integer))
-            or not 1 <= block_bytes <= _MAX_BYTES):
-        raise ConfigError(f"block_bytes must be an integer in [1, 2**63 - 1], got {block_bytes!r}")
-    if (isinstance(holdout, bool) or not isinstance(holdout, (int, float, np.floating))
-            or not 0.0 <= float(holdout) < 1.0):
-        raise ConfigError(f"holdout must be a number in [0, 1), got {holdout!r}")
+    dram_bytes = check_int(dram_bytes, "dram_bytes", lo=0, hi=_MAX_BYTES, error=ConfigError)
+    pin_fraction = check_number(pin_fraction, "pin_fraction", lo=0, hi=1, error=ConfigError)
+    if layout is not None:
+        check_choice(layout, "layout", LAYOUTS, error=ConfigError)
+    block_bytes = check_int(block_bytes, "block_bytes", lo=1, hi=_MAX_BYTES, error=ConfigError)
+    holdout = check_number(holdout, "holdout", lo=0, hi=1, hi_open=True, error=ConfigError)
     trace, close = _open_trace(trace)
     try:
         specs = _check_tables(trace, tables)

@@ -30,6 +30,7 @@ import numpy as np
 from sdm.kernels.jit import jit
 from sdm.devices import DeviceSpec, get_device
 from sdm.errors import InvalidArgumentError
+from sdm.validate import check_int, check_number
 
 __all__ = ["SlaError", "SlaResult", "DEFAULT_SLA_US", "PERCENTILES", "latency_percentiles_us",
            "response_times_ns", "response_percentile_ns", "qps_at_sla", "check_sla_us",
@@ -49,10 +50,7 @@ class SlaError(InvalidArgumentError):
 
 def check_sla_us(sla_us) -> float:
     """``sla_us`` as a float, or :class:`SlaError` unless it is a finite number > 0."""
-    if isinstance(sla_us, bool) or not isinstance(sla_us, (int, float, np.integer, np.floating)) \
-            or not math.isfinite(float(sla_us)) or float(sla_us) <= 0:
-        raise SlaError(f"the SLA must be a finite number of microseconds > 0, got {sla_us!r}")
-    return float(sla_us)
+    return check_number(sla_us, "the SLA (microseconds)", lo=0, lo_open=True, error=SlaError)
 
 
 def _check_service(service_ns) -> np.ndarray:
@@ -103,8 +101,7 @@ class _Queue:
         s = _check_service(service_ns)
         if s.size == 0:
             raise InvalidArgumentError("no requests: the queueing model needs at least one service time")
-        if isinstance(min_arrivals, bool) or not isinstance(min_arrivals, int) or min_arrivals < 1:
-            raise InvalidArgumentError(f"min_arrivals must be an integer >= 1, got {min_arrivals!r}")
+        min_arrivals = check_int(min_arrivals, "min_arrivals", lo=1)
         cycles = -(-min_arrivals // s.size)
         self.service = np.tile(s, cycles)
         self.gaps = np.random.default_rng(seed).standard_exponential(self.service.size)
@@ -220,8 +217,7 @@ def service_ns_array(device, reads, queue_depth: int) -> np.ndarray:
     """:meth:`sdm.devices.DeviceSpec.service_ns` over an array: ``(n,)`` int64 block reads ->
     ``(n,)`` int64 ns (same formula, same rounding)."""
     d: DeviceSpec = get_device(device)
-    if isinstance(queue_depth, bool) or not isinstance(queue_depth, (int, np.integer)) or queue_depth < 1:
-        raise InvalidArgumentError(f"queue_depth must be an integer >= 1, got {queue_depth!r}")
+    queue_depth = check_int(queue_depth, "queue_depth", lo=1)
     reads = np.asarray(reads, dtype=np.int64)
     inflight = np.maximum(np.minimum(np.int64(queue_depth), reads), 1)
     waves = -(-reads // inflight)

@@ -46,6 +46,7 @@ from sdm.devices import DeviceSpec, get_device
 from sdm.errors import ConfigError
 from sdm.policies import ADMISSIONS, POLICIES
 from sdm.tiers.metered import IO_MODES, MAX_QUEUE_DEPTH
+from sdm.validate import check_choice, check_int
 
 __all__ = [
     "TierConfig", "HierarchyConfig", "HIERARCHY_PRESETS", "TIER_KINDS", "IO_MODES",
@@ -90,8 +91,7 @@ class TierConfig:
     queue_depth: int = 1
 
     def __post_init__(self):
-        if self.kind not in TIER_KINDS:
-            raise ConfigError(f"tier kind {self.kind!r} is not one of {TIER_KINDS}")
+        check_choice(self.kind, "tier kind", TIER_KINDS, error=ConfigError)
         where = f"{self.kind} tier"
         device = DEFAULT_DEVICES[self.kind] if self.device is None else self.device
         if isinstance(device, dict):  # an inline TOML table describing a custom device
@@ -103,8 +103,8 @@ class TierConfig:
         object.__setattr__(self, "device", device)
         for name in ("capacity_rows", "capacity_bytes"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ConfigError(f"{where}: {name} must be an integer >= 1, got {value!r}")
+            if value is not None:
+                object.__setattr__(self, name, check_int(value, f"{where}: {name}", lo=1, error=ConfigError))
         if self.capacity_rows is not None and self.capacity_bytes is not None:
             raise ConfigError(f"{where}: give capacity_rows or capacity_bytes, not both "
                               f"(got {self.capacity_rows!r} and {self.capacity_bytes!r})")
@@ -112,18 +112,16 @@ class TierConfig:
             if self.capacity_rows is None and self.capacity_bytes is None:
                 raise ConfigError(f"{where}: a cache needs capacity_rows or capacity_bytes (>= 1), got neither")
             policy = "lru" if self.policy is None else self.policy
-            if policy not in CACHE_POLICIES:
-                raise ConfigError(f"{where}: policy {policy!r} is not one of {CACHE_POLICIES}")
-            object.__setattr__(self, "policy", policy)
-            if self.admission is not None and self.admission not in ADMISSIONS:
-                raise ConfigError(f"{where}: admission {self.admission!r} is not one of {ADMISSIONS}")
+            object.__setattr__(self, "policy", check_choice(policy, f"{where}: policy", CACHE_POLICIES,
+                                                            error=ConfigError))
+            if self.admission is not None:
+                check_choice(self.admission, f"{where}: admission", ADMISSIONS, error=ConfigError)
         else:
             for name in ("policy", "admission"):
                 if getattr(self, name) is not None:
                     raise ConfigError(f"{where}: {name} {getattr(self, name)!r} applies only to kind 'cache'")
-        q = self.queue_depth
-        if isinstance(q, bool) or not isinstance(q, int) or not 1 <= q <= MAX_QUEUE_DEPTH:
-            raise ConfigError(f"{where}: queue_depth must be an integer in [1, {MAX_QUEUE_DEPTH}], got {q!r}")
+        object.__setattr__(self, "queue_depth", check_int(self.queue_depth, f"{where}: queue_depth", lo=1,
+                                                          hi=MAX_QUEUE_DEPTH, error=ConfigError))
 
     @property
     def holds_all_rows(self) -> bool:
@@ -163,11 +161,9 @@ class HierarchyConfig:
             if not isinstance(tier, TierConfig):
                 raise ConfigError(f"hierarchy {self.name!r}: tiers[{i}] must be a TierConfig, "
                                   f"got {type(tier).__name__}")
-        if not isinstance(self.io_mode, str) or self.io_mode not in IO_MODES:
-            raise ConfigError(f"io_mode {self.io_mode!r} is not one of {IO_MODES}")
-        b = self.pooled_cache_bytes
-        if isinstance(b, bool) or not isinstance(b, int) or b < 0:
-            raise ConfigError(f"hierarchy {self.name!r}: pooled_cache_bytes must be an integer >= 0, got {b!r}")
+        check_choice(self.io_mode, "io_mode", IO_MODES, error=ConfigError)
+        object.__setattr__(self, "pooled_cache_bytes", check_int(
+            self.pooled_cache_bytes, f"hierarchy {self.name!r}: pooled_cache_bytes", lo=0, error=ConfigError))
         if isinstance(self.placement, os.PathLike):
             object.__setattr__(self, "placement", os.fspath(self.placement))
         if self.placement is not None and not isinstance(self.placement, str):

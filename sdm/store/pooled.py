@@ -45,10 +45,13 @@ import numpy as np
 from sdm.errors import ConfigError, InvalidArgumentError
 from sdm.kernels import pooled as K
 from sdm.kernels.pooling import check_offsets
+from sdm.validate import as_int_array, check_int
 
-__all__ = ["PooledCache", "CHECK_MESSAGES"]
+__all__ = ["PooledCache", "CHECK_MESSAGES", "MAX_CAPACITY_BYTES"]
 
 MAX_TABLE_ID = 2**31 - 1
+#: The largest pooled cache (its log and index are allocated up front).
+MAX_CAPACITY_BYTES = 2**46
 
 CHECK_MESSAGES = {
     1: "bytes_used exceeds capacity_bytes",
@@ -63,18 +66,6 @@ CHECK_MESSAGES = {
 }
 
 
-def _check_capacity(capacity_bytes) -> int:
-    if (isinstance(capacity_bytes, (bool, np.bool_))
-            or not isinstance(capacity_bytes, (int, np.integer)) or capacity_bytes < 0):
-        raise ConfigError(
-            f"pooled cache capacity_bytes must be an integer >= 0 (0 disables it), "
-            f"got {capacity_bytes!r}"
-        )
-    if capacity_bytes > 2**46:
-        raise ConfigError(f"pooled cache capacity_bytes {capacity_bytes} exceeds the limit 2**46")
-    return int(capacity_bytes)
-
-
 _NO_IDS = np.empty(0, dtype=np.int64)
 
 
@@ -82,17 +73,17 @@ class PooledCache:
     """A byte-bounded cache of pooled bag vectors, shared by every table of a store.
 
     Args:
-        capacity_bytes: the bound on the bytes charged to entries (see the module doc);
-            ``0`` disables the cache (:meth:`pool` hands every batch straight to the caller).
+        capacity_bytes: the bound on the bytes charged to entries (see the module doc), in
+            ``[1, MAX_CAPACITY_BYTES]`` (a store without a pooled cache builds none).
 
     Thread-safe: two threads may call :meth:`pool` (and the others) at once. The lock is
     released while the caller pools the misses, so the threads' pooling overlaps.
     """
 
     def __init__(self, capacity_bytes: int, *, _hash_bits: int = 63):
-        self.capacity_bytes = _check_capacity(capacity_bytes)
-        if isinstance(_hash_bits, bool) or not isinstance(_hash_bits, int) or not 0 <= _hash_bits <= 63:
-            raise InvalidArgumentError(f"_hash_bits must be an integer in [0, 63], got {_hash_bits!r}")
+        self.capacity_bytes = check_int(capacity_bytes, "pooled cache capacity_bytes", lo=1,
+                                        hi=MAX_CAPACITY_BYTES, error=ConfigError)
+        _hash_bits = check_int(_hash_bits, "_hash_bits", lo=0, hi=63)
         # fewer hash bits = more collisions: the tests use it to prove exact verification
         self._hash_mask = (1 << _hash_bits) - 1
         (self._ring, self._ringf, self._index, self._meta,
@@ -127,8 +118,6 @@ class PooledCache:
         """
         indices, offsets, out = self._check_batch(table_id, indices, offsets, mean, pool_misses, out)
         nbags, dim = out.shape
-        if self.capacity_bytes == 0:
-            return self._passthrough(indices, offsets, pool_misses, out)
         tag = (int(table_id) << 1) | int(bool(mean))
         hashes = np.empty(nbags, dtype=np.int64)
         rep = np.empty(nbags, dtype=np.int64)
@@ -152,34 +141,14 @@ class PooledCache:
         K.pc_scatter(rep, miss_bags, sub_out, out)
         return out
 
-    def _passthrough(self, indices, offsets, pool_misses, out):
-        nbags = out.shape[0]
-        nonempty = int(np.count_nonzero(offsets[1:] != offsets[:-1]))
-        if nbags:
-            pool_misses(indices, offsets, out)
-        with self._lock:
-            c = self._counters
-            c[K.C_BAGS] += nbags
-            c[K.C_EMPTY] += nbags - nonempty
-            c[K.C_MISSES] += nonempty
-        return out
-
     @staticmethod
     def _check_batch(table_id, indices, offsets, mean, pool_misses, out):
-        if (isinstance(table_id, (bool, np.bool_)) or not isinstance(table_id, (int, np.integer))
-                or not 0 <= table_id <= MAX_TABLE_ID):
-            raise InvalidArgumentError(f"table_id must be an integer in [0, {MAX_TABLE_ID}], got {table_id!r}")
+        check_int(table_id, "table_id", lo=0, hi=MAX_TABLE_ID)
         if not isinstance(mean, (bool, np.bool_)):
             raise InvalidArgumentError(f"mean must be a bool, got {mean!r}")
         if not callable(pool_misses):
             raise InvalidArgumentError(f"pool_misses must be callable, got {type(pool_misses).__name__}")
-        if not isinstance(indices, np.ndarray) or indices.ndim != 1:
-            raise InvalidArgumentError(
-                f"indices must be a 1-D array, got shape {getattr(indices, 'shape', type(indices).__name__)}")
-        if indices.dtype == np.bool_ or not np.issubdtype(indices.dtype, np.integer):
-            raise InvalidArgumentError(f"indices must have an integer dtype, got {indices.dtype}")
-        if indices.dtype != np.int64 or not indices.flags.c_contiguous:
-            indices = np.ascontiguousarray(indices, dtype=np.int64)
+        indices = as_int_array(indices, "indices")
         offsets = check_offsets(offsets, indices.shape[0])
         nbags = offsets.shape[0] - 1
         if (not isinstance(out, np.ndarray) or out.ndim != 2 or out.shape[0] != nbags
@@ -198,14 +167,12 @@ class PooledCache:
 
         Returns the number of entries dropped.
         """
-        if (isinstance(table_id, (bool, np.bool_)) or not isinstance(table_id, (int, np.integer))
-                or not 0 <= table_id <= MAX_TABLE_ID):
-            raise InvalidArgumentError(f"table_id must be an integer in [0, {MAX_TABLE_ID}], got {table_id!r}")
+        table_id = check_int(table_id, "table_id", lo=0, hi=MAX_TABLE_ID)
         changed = _NO_IDS if ids is None else np.unique(np.asarray(ids, dtype=np.int64))
         with self._lock:
             self._epoch += 1
             return int(K.pc_invalidate(self._ring, self._index, self._meta, self._counters,
-                                       int(table_id), changed, ids is None))
+                                       table_id, changed, ids is None))
 
     def clear(self) -> None:
         """Drop every entry (statistics are kept)."""

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from sdm.errors import InvalidArgumentError
+from sdm.validate import check_int
 
 __all__ = ["Lookahead", "LookaheadStep"]
 
@@ -61,10 +62,8 @@ class Lookahead:
     """
 
     def __init__(self, store, depth: int = 1, *, compute_ns: int = 0, mode: str = "sum"):
-        if isinstance(depth, bool) or not isinstance(depth, int) or not 0 <= depth <= MAX_DEPTH:
-            raise InvalidArgumentError(f"lookahead depth must be an integer in [0, {MAX_DEPTH}], got {depth!r}")
-        if isinstance(compute_ns, bool) or not isinstance(compute_ns, int) or compute_ns < 0:
-            raise InvalidArgumentError(f"compute_ns must be an integer >= 0, got {compute_ns!r}")
+        depth = check_int(depth, "lookahead depth", lo=0, hi=MAX_DEPTH)
+        compute_ns = check_int(compute_ns, "compute_ns", lo=0)
         if not all(hasattr(store, m) for m in ("prefetch", "release", "embedding_bags", "modeled_ns")):
             raise InvalidArgumentError(f"store must be an open sdm.Store, got {type(store).__name__}")
         self.store = store

@@ -13,6 +13,7 @@ import time
 from contextlib import contextmanager
 
 from sdm.errors import InvalidArgumentError
+from sdm.validate import check_int
 
 __all__ = ["SimClock", "Timeline", "on_timeline", "current_timeline", "wait_until_ns", "SPIN_BELOW_NS"]
 
@@ -29,9 +30,7 @@ class SimClock:
     """
 
     def __init__(self, start_ns: int = 0):
-        if isinstance(start_ns, bool) or not isinstance(start_ns, int) or start_ns < 0:
-            raise InvalidArgumentError(f"start_ns must be an integer >= 0, got {start_ns!r}")
-        self._now = start_ns
+        self._now = check_int(start_ns, "start_ns", lo=0)
         self._lock = threading.Lock()
 
     def now_ns(self) -> int:
