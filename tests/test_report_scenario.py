@@ -75,13 +75,13 @@ def test_shipped_scenarios_load_and_cover_both_regimes():
 BAD = [
     # (change to GOOD, text expected in the message)
     (lambda t: t.replace("base_watts = 300.0\n", ""), "host.base_watts is missing"),
-    (lambda t: t.replace("base_watts = 300.0", 'base_watts = "lots"'), "host.base_watts must be a number"),
-    (lambda t: t.replace("dram_slots = 8", "dram_slots = 8.5"), "host.dram_slots must be an integer"),
-    (lambda t: t.replace("dram_slots = 8", "dram_slots = true"), "host.dram_slots must be an integer"),
-    (lambda t: t.replace("base_watts = 300.0", "base_watts = -3.0"), "host.base_watts must be >= 0"),
-    (lambda t: t.replace("target_qps = 1000.0", "target_qps = 0.0"), "traffic.target_qps must be > 0"),
-    (lambda t: t.replace("years = 3.0", "years = -1.0"), "cost.years must be >= 0"),
-    (lambda t: t.replace("dram_fraction = 0.1", "dram_fraction = 1.5"), "dram_fraction must be <= 1"),
+    (lambda t: t.replace("base_watts = 300.0", 'base_watts = "lots"'), "host.base_watts must be a finite number >= 0, got 'lots'"),
+    (lambda t: t.replace("dram_slots = 8", "dram_slots = 8.5"), "host.dram_slots must be an integer in [1, 1024], got 8.5"),
+    (lambda t: t.replace("dram_slots = 8", "dram_slots = true"), "host.dram_slots must be an integer in [1, 1024], got True"),
+    (lambda t: t.replace("base_watts = 300.0", "base_watts = -3.0"), "host.base_watts must be a finite number >= 0, got -3.0"),
+    (lambda t: t.replace("target_qps = 1000.0", "target_qps = 0.0"), "traffic.target_qps must be a finite number > 0, got 0.0"),
+    (lambda t: t.replace("years = 3.0", "years = -1.0"), "cost.years must be a finite number >= 0, got -1.0"),
+    (lambda t: t.replace("dram_fraction = 0.1", "dram_fraction = 1.5"), "dram_fraction must be a finite number in (0, 1], got 1.5"),
     (lambda t: t.replace("ssd_slots = 4", "ssd_slots = 4\nturbo = true"), "unknown key(s) ['turbo']"),
     (lambda t: t.replace("years = 3.0", "years = 3.0\n[extra]\nx = 1"), "unknown section(s) ['extra']"),
     (lambda t: t.replace('device = "nand-p4500"', 'device = "floppy"'), "device 'floppy' is not a preset"),
@@ -106,7 +106,7 @@ BAD = [
     (lambda t: t.replace("[[configs]]\nname = \"dram\"", "[[configs]]\nname = \"dram\"\ndram_fraction = 0.5"),
      "does not apply to the DRAM-only baseline"),
     (lambda t: t.replace("[cost]\nusd_per_kwh = 0.1\nyears = 3.0\n", ""), "section [cost] is missing"),
-    (lambda t: t.replace("sla_p99_us = 30000.0", "sla_p99_us = nan"), "traffic.sla_p99_us must be a number"),
+    (lambda t: t.replace("sla_p99_us = 30000.0", "sla_p99_us = nan"), "traffic.sla_p99_us must be a finite number > 0, got nan"),
 ]
 
 

@@ -8,6 +8,7 @@ import re
 
 from sdm.cli import check_output_folder
 from sdm.errors import ConfigError
+from sdm.store.placement import LAYOUTS
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
@@ -27,7 +28,7 @@ def register(sub) -> None:
                    help="DRAM for the store, bytes (suffixes K, M, G, T: powers of 1024)")
     p.add_argument("--pin-fraction", type=float, default=0.5, metavar="F",
                    help="share of --dram-bytes pins may take; the rest stays a cache (default 0.5)")
-    p.add_argument("--layout", default="coaccess", choices=["coaccess", "frequency", "none"],
+    p.add_argument("--layout", default="coaccess", choices=[*LAYOUTS, "none"],
                    help="SCM row order (default coaccess)")
     p.add_argument("--block-bytes", type=int, default=4096, metavar="B",
                    help="device block the layout is measured with (default 4096)")

@@ -7,6 +7,8 @@ import os
 import sys
 
 from sdm.errors import InvalidArgumentError
+from sdm.policies import ADMISSIONS
+from sdm.store.config import IO_MODES
 
 
 def register(sub) -> None:
@@ -23,11 +25,11 @@ def register(sub) -> None:
                                                     "three-tier) or a .toml file (default dram)")
     r.add_argument("--cache-bytes", metavar="SIZE", help="the first DRAM cache's size, e.g. 128M (a cache config)")
     r.add_argument("--policy", help="the first DRAM cache's policy (any of sdm.store.config.CACHE_POLICIES)")
-    r.add_argument("--admission", choices=["threshold", "tinylfu"], help="the first cache's admission filter")
+    r.add_argument("--admission", choices=ADMISSIONS, help="the first cache's admission filter")
     r.add_argument("--placement", metavar="FILE", help="a placement from `sdm place` (pins, SCM row order)")
     r.add_argument("--pooled-cache-bytes", metavar="SIZE", help="a pooled-embedding cache of SIZE, e.g. 8M")
     r.add_argument("--model", help="DLRM preset: run the whole forward per request (its dim wins)")
-    r.add_argument("--io-mode", choices=["modeled", "paced", "direct"], help="override the config's IO mode")
+    r.add_argument("--io-mode", choices=IO_MODES, help="override the config's IO mode")
     r.add_argument("--sla-us", type=float, help="p99 latency SLA in microseconds (default 30000)")
     r.add_argument("--store", metavar="DIR", help="an existing store whose tables (in order) match the "
                                                   "trace's; default: build one in a temp dir")

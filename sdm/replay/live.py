@@ -28,11 +28,12 @@ from tqdm.auto import tqdm
 from sdm.store.config import HierarchyConfig, resolve_config, with_io_mode
 from sdm.devices import DEVICES, DeviceSpec
 from sdm.errors import ConfigError, InvalidArgumentError
-from sdm.formats import ROW_FORMATS, row_bytes
+from sdm.formats import check_dim, check_format, row_bytes
 from sdm.replay.queueing import DEFAULT_SLA_US, SlaError, SlaResult, check_sla_us, latency_percentiles_us, qps_at_sla
 from sdm.replay.requests import check_request_size, iter_requests
 from sdm.store.store import Store, TableSpec
 from sdm.trace.format import Trace, load
+from sdm.validate import check_int
 
 __all__ = ["ReplayResult", "replay", "build_store", "dram_hit_rate", "DEFAULT_DIM", "table_names", "COUNTERS"]
 
@@ -67,20 +68,13 @@ def build_store(path, table_sizes, *, dim: int = DEFAULT_DIM, fmt: str = "fp32",
                 progress: bool | None = None) -> str:
     """Create a store at ``path`` with one table ``emb_t`` of ``table_sizes[t]`` rows of
     ``dim`` per trace table, filled with deterministic random rows. Returns the path."""
-    _check_dim_fmt(dim, fmt)
+    dim, fmt = check_dim(dim), check_format(fmt)
     names = table_names(len(table_sizes))
-    specs = [TableSpec(n, int(rows), int(dim), fmt) for n, rows in zip(names, table_sizes)]
+    specs = [TableSpec(n, int(rows), dim, fmt) for n, rows in zip(names, table_sizes)]
     with Store.create(path, specs) as store:
         for t, spec in enumerate(specs):
             store.write_table(spec.name, _rows(spec.num_rows, spec.dim, seed, t), progress=progress)
     return os.fspath(path)
-
-
-def _check_dim_fmt(dim, fmt) -> None:
-    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not 1 <= dim <= 65536:
-        raise InvalidArgumentError(f"dim must be an integer in [1, 65536], got {dim!r}")
-    if fmt not in ROW_FORMATS:
-        raise InvalidArgumentError(f"row format {fmt!r} is not one of {ROW_FORMATS}")
 
 
 @dataclass
@@ -308,19 +302,16 @@ def replay(trace, config="dram", *, store=None, model: str | None = None, dim: i
             raise SlaError(f"SLA {sla_us:g} us is below {floor_ns / 1e3:g} us, the read latency of the "
                            f"fastest device of hierarchy {config.name!r}; no request rate meets it")
     request_size = check_request_size(request_size)
-    for name, value, optional in (("warmup_batches", warmup_batches, False), ("max_batches", max_batches, True),
-                                  ("seed", seed, True)):
-        if (value is not None or not optional) and (isinstance(value, bool) or not isinstance(value, int)
-                                                    or value < 0):
-            raise InvalidArgumentError(f"{name} must be an integer >= 0, got {value!r}")
-    if max_batches == 0:
-        raise InvalidArgumentError("max_batches must be >= 1 (or None: every batch), got 0; "
-                                   "nothing would be measured")
+    warmup_batches = check_int(warmup_batches, "warmup_batches", lo=0)
+    if max_batches is not None:
+        max_batches = check_int(max_batches, "max_batches (None: every batch)", lo=1)
+    if seed is not None:
+        seed = check_int(seed, "seed", lo=0)
     if model is not None:
         from sdm.model import get_preset
 
         dim = get_preset(model).dim
-    _check_dim_fmt(dim, fmt)
+    dim, fmt = check_dim(dim), check_format(fmt)
     if workdir is not None and not os.path.isdir(workdir):
         raise InvalidArgumentError(f"workdir {os.fspath(workdir)!r} is not a directory")
     tr, owned = _open_trace(trace)

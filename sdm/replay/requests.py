@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from sdm.kernels.jit import jit
-from sdm.errors import InvalidArgumentError
 from sdm.kernels.serve import TABLE_SHIFT
+from sdm.validate import check_int
 
 __all__ = ["Request", "check_request_size", "request_bounds", "iter_requests", "KeyStream", "key_stream"]
 
@@ -56,12 +56,8 @@ class Request:
 
 
 def check_request_size(request_size) -> int | None:
-    if request_size is None:
-        return None
-    if isinstance(request_size, bool) or not isinstance(request_size, (int, np.integer)) or request_size < 1:
-        raise InvalidArgumentError(f"request_size must be an integer >= 1 (samples per request) or None, "
-                                   f"got {request_size!r}")
-    return int(request_size)
+    """Samples per request: None (see the module doc) or an integer >= 1."""
+    return None if request_size is None else check_int(request_size, "request_size", lo=1)
 
 
 def request_bounds(batch, request_size=None) -> np.ndarray:
@@ -95,12 +91,10 @@ def _slice(batch, index: int, start: int, stop: int) -> Request:
     return Request(index, start, stop, indices, offsets, dense)
 
 
-def iter_requests(trace, request_size=None, *, start_batch: int = 0) -> Iterator[Request]:
+def iter_requests(trace, request_size=None) -> Iterator[Request]:
     """The requests of ``trace`` (any iterable of :class:`sdm.trace.Batch`) in order."""
     request_size = check_request_size(request_size)
     for i, batch in enumerate(trace):
-        if i < start_batch:
-            continue
         bounds = request_bounds(batch, request_size)
         for r in range(bounds.shape[0] - 1):
             yield _slice(batch, i, int(bounds[r]), int(bounds[r + 1]))
@@ -118,7 +112,6 @@ class KeyStream:
         segment_lookups: ``(R * T,)`` int64 lookups (with repeats) of each segment.
         lookups: ``(R,)`` int64 lookups (with repeats) of each request.
         samples: ``(R,)`` int64 samples of each request.
-        batch_of: ``(R,)`` int64 trace batch each request comes from.
         num_tables: ``T``.
     """
 
@@ -127,7 +120,6 @@ class KeyStream:
     segment_lookups: np.ndarray
     lookups: np.ndarray
     samples: np.ndarray
-    batch_of: np.ndarray
     num_tables: int
 
     @property
@@ -137,14 +129,6 @@ class KeyStream:
     @property
     def num_lookups(self) -> int:
         return int(self.lookups.sum())
-
-    def segment_table(self) -> np.ndarray:
-        """``(R * T,)`` int64 table of each segment."""
-        return np.tile(np.arange(self.num_tables, dtype=np.int64), self.num_requests)
-
-    def request_keys(self) -> np.ndarray:
-        """``(R + 1,)`` int64 CSR of keys per request."""
-        return self.segments[:: self.num_tables].copy() if self.num_requests else np.zeros(1, np.int64)
 
 
 @jit
@@ -175,15 +159,13 @@ def _batch_keys(indices, offsets, num_tables, batch_size, bounds, keys, seg_len,
     return n
 
 
-def key_stream(trace, request_size=None, *, start_batch: int = 0) -> KeyStream:
+def key_stream(trace, request_size=None) -> KeyStream:
     """The cache key stream of ``trace`` (a :class:`sdm.trace.Trace` or a sequence of
     batches) served as :func:`iter_requests` serves it; see :class:`KeyStream`."""
     request_size = check_request_size(request_size)
-    keys, seg_lens, seg_lookups, lookups, samples, batch_of = [], [], [], [], [], []
+    keys, seg_lens, seg_lookups, lookups, samples = [], [], [], [], []
     num_tables = None
-    for i, batch in enumerate(trace):
-        if i < start_batch:
-            continue
+    for batch in trace:
         num_tables = batch.num_tables if num_tables is None else num_tables
         bounds = request_bounds(batch, request_size)
         indices, offsets = batch.to_fbgemm()
@@ -200,7 +182,6 @@ def key_stream(trace, request_size=None, *, start_batch: int = 0) -> KeyStream:
         seg_lookups.append(sk)
         lookups.append(lk)
         samples.append(np.diff(bounds))
-        batch_of.append(np.full(nreq, i, dtype=np.int64))
     if num_tables is None:
         num_tables = int(len(getattr(trace, "table_sizes", ())) or 1)
 
@@ -208,5 +189,4 @@ def key_stream(trace, request_size=None, *, start_batch: int = 0) -> KeyStream:
         return np.concatenate(parts).astype(np.int64, copy=False) if parts else np.zeros(0, np.int64)
 
     segments = np.concatenate(([0], np.cumsum(cat(seg_lens)))).astype(np.int64)
-    return KeyStream(cat(keys), segments, cat(seg_lookups), cat(lookups), cat(samples), cat(batch_of),
-                     int(num_tables))
+    return KeyStream(cat(keys), segments, cat(seg_lookups), cat(lookups), cat(samples), int(num_tables))

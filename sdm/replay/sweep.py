@@ -36,7 +36,7 @@ from sdm.kernels.jit import jit
 from sdm.store.config import HIERARCHY_PRESETS
 from sdm.devices import get_device
 from sdm.errors import InvalidArgumentError
-from sdm.formats import ROW_FORMATS, row_bytes as row_bytes_of
+from sdm.formats import check_dim, check_format, row_bytes as row_bytes_of
 from sdm.policies import POLICIES, simulate
 from sdm.policies.cache import check_policy
 from sdm.replay.queueing import (DEFAULT_SLA_US, SlaError, check_sla_us, latency_percentiles_us,
@@ -44,7 +44,9 @@ from sdm.replay.queueing import (DEFAULT_SLA_US, SlaError, check_sla_us, latency
 from sdm.kernels.serve import TABLE_SHIFT
 from sdm.replay.requests import KeyStream, check_request_size, key_stream
 from sdm.tiers.rowfile import HEADER_BYTES
+from sdm.tiers.metered import MAX_QUEUE_DEPTH
 from sdm.trace.format import Trace, load
+from sdm.validate import check_int
 
 __all__ = ["SweepPoint", "SweepResult", "sweep", "request_service_ns", "DEFAULT_QUEUE_DEPTH",
            "parse_size"]
@@ -238,7 +240,7 @@ def _load_kernels(policies, devices, row_bytes, queue_depth, cache_queue_depth) 
     at a time (measured: no speedup on 2 threads without this, 1.8x with it)."""
     one = np.ones(1, dtype=np.int64)
     toy = KeyStream(np.arange(4, dtype=np.int64), np.array([0, 4], dtype=np.int64), 4 * one, 4 * one,
-                    one, 0 * one, 1)
+                    one, 1)
     for p in policies:
         sim = simulate(toy.keys, policy=p, capacity=2, return_mask=True)
     for d in devices:
@@ -291,24 +293,17 @@ def sweep(trace, *, policies=("lru",), cache_sizes=(64 << 20,), devices=("nand-p
         raise InvalidArgumentError("give at least one device")
     for d in devices:
         get_device(d)
-    if fmt not in ROW_FORMATS:
-        raise InvalidArgumentError(f"row format {fmt!r} is not one of {ROW_FORMATS}")
-    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not 1 <= dim <= 65536:
-        raise InvalidArgumentError(f"dim must be an integer in [1, 65536], got {dim!r}")
-    for name, qd in (("queue_depth", queue_depth), ("cache_queue_depth", cache_queue_depth)):
-        if isinstance(qd, bool) or not isinstance(qd, int) or not 1 <= qd <= 1024:
-            raise InvalidArgumentError(f"{name} must be an integer in [1, 1024], got {qd!r}")
+    fmt = check_format(fmt)
+    dim = check_dim(dim)
+    queue_depth, cache_queue_depth = (check_int(qd, name, lo=1, hi=MAX_QUEUE_DEPTH) for name, qd in
+                                      (("queue_depth", queue_depth), ("cache_queue_depth", cache_queue_depth)))
     sla_us = check_sla_us(sla_us)
     request_size = check_request_size(request_size)
-    rb = row_bytes_of(fmt, int(dim))
+    rb = row_bytes_of(fmt, dim)
     for s in sizes:
         if s < rb:
             raise InvalidArgumentError(f"cache size {s} bytes holds no row of {rb} bytes ({fmt}, dim {dim})")
-    if workers is None:
-        workers = os.cpu_count() or 1
-    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
-        raise InvalidArgumentError(f"workers must be an integer >= 1, got {workers!r}")
-    workers = int(workers)
+    workers = check_int((os.cpu_count() or 1) if workers is None else workers, "workers", lo=1)
     owned = not isinstance(trace, Trace)
     tr = load(trace) if owned else trace
     try:
@@ -339,6 +334,6 @@ def sweep(trace, *, policies=("lru",), cache_sizes=(64 << 20,), devices=("nand-p
     finally:
         bar.close()
     return SweepResult(path, stream.num_lookups, int(stream.keys.shape[0]), stream.num_requests,
-                       int(dim), fmt, rb, sla_us, queue_depth, cache_queue_depth, policies, sizes,
+                       dim, fmt, rb, sla_us, queue_depth, cache_queue_depth, policies, sizes,
                        devices, points,
                        workers, time.perf_counter() - t0)

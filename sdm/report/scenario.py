@@ -64,14 +64,14 @@ its keys to where their numbers come from, printed beside each input in the repo
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 
 from sdm.store.config import read_toml
 from sdm.devices import DEVICES
 from sdm.errors import ConfigError
-from sdm.formats import ROW_FORMATS, row_bytes
+from sdm.validate import check_choice, check_int, check_number
+from sdm.formats import MAX_DIM, ROW_FORMATS, row_bytes
 
 __all__ = ["ModelSpec", "TrafficSpec", "HostSpec", "DeviceCost", "ConfigSpec", "CostSpec",
            "Scenario", "load_scenario", "scenario_from_dict", "REPLAY_QPS_MODES",
@@ -303,18 +303,13 @@ class _Reader:
                 self.out_sources[self._key(key)] = default_source
             return default
         value = self.data[key]
-        kind = "an integer" if integer else "a number"
-        ok = isinstance(value, int) if integer else isinstance(value, (int, float))
-        if isinstance(value, bool) or not ok or not math.isfinite(value):
-            raise ConfigError(f"{name} must be {kind}, got {value!r}")
-        if minimum is not None and value < minimum:
-            raise ConfigError(f"{name} must be >= {minimum}, got {value!r}")
-        if above is not None and value <= above:
-            raise ConfigError(f"{name} must be > {above}, got {value!r}")
-        if maximum is not None and value > maximum:
-            raise ConfigError(f"{name} must be <= {maximum}, got {value!r}")
+        if integer:
+            value = check_int(value, name, lo=minimum, hi=maximum, error=ConfigError)
+        else:
+            value = check_number(value, name, lo=minimum if above is None else above, hi=maximum,
+                                 lo_open=above is not None, error=ConfigError)
         self.out_sources[self._key(key)] = self.given.get(key, _FILE)
-        return int(value) if integer else float(value)
+        return value
 
     def string(self, key, *, default=None, choices=None, default_source=_DEFAULT):
         self.seen.add(key)
@@ -328,8 +323,8 @@ class _Reader:
         value = self.data[key]
         if not isinstance(value, str) or not value:
             raise ConfigError(f"{name} must be a non-empty string, got {value!r}")
-        if choices is not None and value not in choices:
-            raise ConfigError(f"{name} {value!r} is not one of {list(choices)}")
+        if choices is not None:
+            check_choice(value, name, choices, error=ConfigError)
         self.out_sources.setdefault(self._key(key), self.given.get(key, _FILE))
         return value
 
@@ -430,7 +425,7 @@ def _model(data, where, sources) -> ModelSpec:
             isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in rows):
         raise ConfigError(f"{where}.table_rows must be a non-empty list of integers >= 1, got {rows!r}")
     sources["model.table_rows"] = r.given.get("table_rows", _FILE)
-    dim = r.number("dim", integer=True, minimum=1, maximum=65536)
+    dim = r.number("dim", integer=True, minimum=1, maximum=MAX_DIM)
     r.finish()
     rb = row_bytes(fmt, dim)
     return ModelSpec(f"{len(rows)} tables x dim {dim}", float(sum(rows) * rb) * scale, fmt, dim,
