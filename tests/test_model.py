@@ -396,7 +396,7 @@ def test_lookup_worker_uses_callers_numba_threads():
     m.forward(dense, sparse, overlap=True)  # the caller has the default count, lookups one
     assert seen == [1, 1]
     m.close()
-    with pytest.raises(ConfigError, match=r"lookup_threads must be in \[1, \d+\], got 0"):
+    with pytest.raises(ConfigError, match=r"lookup_threads must be an integer in \[1, \d+\], got 0"):
         DLRM(m.bottom, m.sparse, m.top, lookup_threads=0)
 
 

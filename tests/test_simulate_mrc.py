@@ -86,7 +86,7 @@ def test_shards_one_percent_on_10m_keys(alpha):
 
 
 def test_curve_validation():
-    with pytest.raises(InvalidArgumentError, match="capacity 0"):
+    with pytest.raises(InvalidArgumentError, match=r"capacity must be an integer in \[1, 2147483647\], got 0"):
         sdm.miss_ratio_curve([1, 2], [0, 3])
     with pytest.raises(InvalidArgumentError, match="sample_rate"):
         sdm.miss_ratio_curve([1, 2], [1], sample_rate=0.0)

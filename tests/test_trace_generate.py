@@ -83,7 +83,7 @@ def test_profile_overrides_and_errors():
         get_profile("nope")
     with pytest.raises(ConfigError, match="alpha has 3 entries; the profile has 4 tables"):
         get_profile("zipf", alpha=[1, 2, 3])
-    with pytest.raises(ConfigError, match="requests must be >= 1"):
+    with pytest.raises(ConfigError, match=r"requests must be a positive integer \(>= 1\), got 0"):
         get_profile("zipf", requests=0)
     with pytest.raises(ConfigError, match="distribution file"):
         get_profile("stack-distance")

@@ -29,6 +29,7 @@ import numba
 import numpy as np
 
 from sdm.errors import ConfigError, InvalidArgumentError
+from sdm.validate import check_choice, check_int
 from sdm.model.interaction import interact
 from sdm.model.mlp import MLP, init_mlp
 from sdm.model.presets import INTERACTIONS, ModelPreset, get_preset, interaction_width
@@ -64,8 +65,7 @@ class DLRM:
     def __init__(self, bottom: MLP, sparse: SparseArch, top: MLP, *, interaction: str = "dot",
                  self_interaction: bool = False, overlap: bool = True,
                  lookup_threads: int | None = None, table_parallel: bool = True):
-        if interaction not in INTERACTIONS:
-            raise ConfigError(f"interaction {interaction!r} is not one of {INTERACTIONS}")
+        check_choice(interaction, "interaction", INTERACTIONS, error=ConfigError)
         if interaction == "dot" and bottom.out_width != sparse.dim:
             raise ConfigError(
                 f"bottom MLP output width {bottom.out_width} != embedding dim {sparse.dim}; "
@@ -85,12 +85,8 @@ class DLRM:
         self.interaction = interaction
         self.self_interaction = bool(self_interaction)
         self.overlap = bool(overlap)
-        if lookup_threads is not None and (
-                not isinstance(lookup_threads, int) or isinstance(lookup_threads, bool)
-                or not 1 <= lookup_threads <= numba.config.NUMBA_NUM_THREADS):
-            raise ConfigError(f"lookup_threads must be in [1, {numba.config.NUMBA_NUM_THREADS}], "
-                              f"got {lookup_threads}")
-        self.lookup_threads = None if lookup_threads is None else int(lookup_threads)
+        self.lookup_threads = None if lookup_threads is None else check_int(
+            lookup_threads, "lookup_threads", lo=1, hi=numba.config.NUMBA_NUM_THREADS, error=ConfigError)
         self.table_parallel = bool(table_parallel)
         self._pool_lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sdm.errors import ConfigError
+from sdm.validate import check_choice
 
 __all__ = ["MLP", "init_mlp"]
 
@@ -30,8 +31,7 @@ class MLP:
 
     def __init__(self, weights: Sequence, biases: Sequence, *, last: str = "relu",
                  name: str = "MLP"):
-        if last not in ACTIVATIONS:
-            raise ConfigError(f"{name}: activation {last!r} is not one of {ACTIVATIONS}")
+        check_choice(last, f"{name}: activation", ACTIVATIONS, error=ConfigError)
         if len(weights) == 0:
             raise ConfigError(f"{name} needs at least one layer, got none")
         if len(weights) != len(biases):

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sdm.errors import ConfigError
+from sdm.validate import check_choice
 
 __all__ = ["ModelPreset", "PRESETS", "INTERACTIONS", "interaction_width", "get_preset"]
 
@@ -106,6 +107,4 @@ def get_preset(name) -> ModelPreset:
     """The preset called ``name``; a :class:`ModelPreset` is returned as is."""
     if isinstance(name, ModelPreset):
         return name
-    if name not in PRESETS:
-        raise ConfigError(f"model preset {name!r} is not one of {sorted(PRESETS)}")
-    return PRESETS[name]
+    return PRESETS[check_choice(name, "model preset", sorted(PRESETS), error=ConfigError)]

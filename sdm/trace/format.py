@@ -40,6 +40,7 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from sdm.errors import IdOutOfRangeError, InvalidArgumentError, SdmError
+from sdm.validate import check_int
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -482,13 +483,12 @@ class Trace:
 
     def __getitem__(self, i: int) -> Batch:
         n = len(self)
-        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
-            raise InvalidArgumentError(f"batch index must be an integer, got {type(i).__name__}")
+        i = check_int(i, "batch index")
         if i < 0:
             i += n
         if not 0 <= i < n:
             raise IdOutOfRangeError(f"batch {i} out of range for a trace of {n} batches")
-        pre = f"b{int(i):08d}_"
+        pre = f"b{i:08d}_"
         indices = self._member(pre + "indices")
         offsets = self._member(pre + "offsets")
         bsz = int(self.batch_sizes[i])

@@ -37,6 +37,7 @@ from sdm.errors import ConfigError, IdOutOfRangeError, InvalidArgumentError
 from sdm.model.presets import PRESETS as MODEL_PRESETS
 from sdm.trace.format import Batch, TraceWriter
 from sdm.trace.stackdist import StackDistanceDistribution, generate_stack_distance_keys, read_dist_file
+from sdm.validate import check_int
 
 __all__ = [
     "PROFILES",
@@ -226,9 +227,7 @@ def get_profile(name: str = "zipf", *, tables: int | None = None, table_size=Non
     sizes, pool = p.table_sizes, p.pooling
     alphas = p.alpha
     if tables is not None or table_size is not None:
-        n = _int(tables, "tables") if tables is not None else len(sizes)
-        if n < 1:
-            raise ConfigError(f"tables must be >= 1, got {n}")
+        n = len(sizes) if tables is None else check_int(_int(tables, "tables"), "tables", lo=1, error=ConfigError)
         base = table_size if table_size is not None else (sizes[0] if sizes else 1_000_000)
         sizes = _per_table(base, n, "table_size", int)
         if len(pool) != n:
@@ -242,41 +241,26 @@ def get_profile(name: str = "zipf", *, tables: int | None = None, table_size=Non
         if min(alphas) < 0:
             raise ConfigError(f"alpha (the Zipf exponent) must be >= 0, got {min(alphas):g}")
     if max_rows is not None:
-        max_rows = _int(max_rows, "max_rows")
-        if max_rows < 1:
-            raise ConfigError(f"max_rows must be >= 1, got {max_rows}")
+        max_rows = check_int(_int(max_rows, "max_rows"), "max_rows", lo=1, error=ConfigError)
         sizes = tuple(min(int(s), max_rows) for s in sizes)
     kw = {} if max_rows is None else {"max_rows": max_rows}
     if batch_size is not None:
-        batch_size = _int(batch_size, "batch_size")
-        if batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
-        kw["batch_size"] = int(batch_size)
+        kw["batch_size"] = check_int(_int(batch_size, "batch_size"), "batch_size", lo=1, error=ConfigError)
     bs = kw.get("batch_size", p.batch_size)
     if requests is not None:
-        requests = _int(requests, "requests")
-        if requests < 1:
-            raise ConfigError(f"requests must be >= 1, got {requests}")
-        kw["batches"] = -(-int(requests) // bs)
-        kw["requests"] = int(requests)
+        requests = check_int(_int(requests, "requests"), "requests", lo=1, error=ConfigError)
+        kw["batches"] = -(-requests // bs)
+        kw["requests"] = requests
     if batches is not None:
-        batches = _int(batches, "batches")
-        if batches < 1:
-            raise ConfigError(f"batches must be >= 1, got {batches}")
-        kw["batches"] = int(batches)
+        kw["batches"] = check_int(_int(batches, "batches"), "batches", lo=1, error=ConfigError)
         kw["requests"] = None
     if drift is not None:
         kw["drift_rows_per_batch"] = _num(drift, "drift")
     if items_per_request is not None:
-        items_per_request = _int(items_per_request, "items_per_request")
-        if items_per_request < 1:
-            raise ConfigError(f"items_per_request must be >= 1, got {items_per_request}")
-        kw["items_per_request"] = int(items_per_request)
+        kw["items_per_request"] = check_int(_int(items_per_request, "items_per_request"), "items_per_request",
+                                            lo=1, error=ConfigError)
     if dense is not None:
-        dense = _int(dense, "dense")
-        if dense < 0:
-            raise ConfigError(f"dense must be >= 0 features per sample, got {dense}")
-        kw["dense"] = dense
+        kw["dense"] = check_int(_int(dense, "dense"), "dense (features per sample)", lo=0, error=ConfigError)
     if dist_file is not None:
         if p.kind != "stack-distance":
             raise ConfigError(f"a distribution file (--dist) drives the stack-distance profile only, "
@@ -527,10 +511,8 @@ class GeneratedTrace:
     """
 
     def __init__(self, profile: Profile, seed: int = 0):
-        if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise ConfigError(f"seed must be an integer >= 0, got {seed!r}")
         self.profile = profile
-        self.seed = int(seed)
+        self.seed = check_int(seed, "seed", lo=0, error=ConfigError)
         self._dist: StackDistanceDistribution | None = None
         if profile.kind == "stack-distance":
             self._dist = read_dist_file(profile.dist_file)

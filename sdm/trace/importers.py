@@ -20,8 +20,9 @@ import zipfile
 import numpy as np
 
 from sdm.kernels.jit import jit
-from sdm.errors import ConfigError, InvalidArgumentError
+from sdm.errors import ConfigError
 from sdm.trace.format import Batch, TraceFormatError, TraceWriter, input_file
+from sdm.validate import INT64_MAX, check_int
 
 __all__ = ["IMPORTERS", "import_fbgemm", "read_fbgemm", "import_dlrm_trace", "import_dlrm_dist",
            "import_criteo", "parse_criteo_line", "parse_criteo_block", "CRITEO_DENSE",
@@ -140,8 +141,8 @@ def import_fbgemm(sources, out, *, batch_size: int | None = None, table_sizes=No
     """
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
-    if batch_size is not None and batch_size < 1:
-        raise InvalidArgumentError(f"batch_size must be >= 1, got {batch_size}")
+    if batch_size is not None:
+        batch_size = check_int(batch_size, "batch_size", lo=1)
     meta = {"source": "fbgemm", "files": [os.path.basename(os.fspath(s)) for s in sources],
             "batch_size": batch_size}
     bar = _bar(len(sources), "import fbgemm", progress, unit="file")
@@ -211,8 +212,7 @@ def import_dlrm_trace(src, out, *, batch_size: int = 1024, pooling: int = 1, tab
                       compress: bool = False) -> str:
     """Import the reference DLRM's ``trace.log`` as one table: consecutive ids form bags of
     ``pooling`` lookups, ``batch_size`` bags per batch (the last batch may be short)."""
-    if batch_size < 1 or pooling < 1:
-        raise InvalidArgumentError(f"batch_size and pooling must be >= 1, got {batch_size}, {pooling}")
+    batch_size, pooling = check_int(batch_size, "batch_size", lo=1), check_int(pooling, "pooling", lo=1)
     keys = read_dlrm_trace(src)
     if keys.size == 0:
         raise TraceFormatError(f"{src}: holds no row ids", field="file", path=os.fspath(src))
@@ -231,9 +231,8 @@ def import_dlrm_dist(src, out, *, lookups: int = 1 << 20, batch_size: int = 1024
     lookups (one table, bags of ``pooling``), drawn as the reference generator does."""
     from sdm.trace.generate import generate_to
 
-    for name, value in (("lookups", lookups), ("batch_size", batch_size), ("pooling", pooling)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value < 2**63:
-            raise InvalidArgumentError(f"{name} must be an integer in [1, 2**63 - 1], got {value!r}")
+    lookups, batch_size, pooling = (check_int(v, name, lo=1, hi=INT64_MAX) for name, v in
+                                    (("lookups", lookups), ("batch_size", batch_size), ("pooling", pooling)))
     per = batch_size * pooling
     return generate_to(out, "stack-distance", seed=seed, dist_file=os.fspath(src),
                        batch_size=batch_size, pooling=[pooling], batches=max(1, -(-lookups // per)),
@@ -360,10 +359,9 @@ def import_criteo(src, out, *, table_sizes=None, batch_size: int = 2048, limit: 
             (names the line and column); nothing is written.
     """
     path = _exists(src)
-    if batch_size < 1:
-        raise InvalidArgumentError(f"batch_size must be >= 1, got {batch_size}")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 1):
-        raise InvalidArgumentError(f"limit must be an integer >= 1 (lines to read) or None, got {limit!r}")
+    batch_size = check_int(batch_size, "batch_size", lo=1)
+    if limit is not None:
+        limit = check_int(limit, "limit (lines to read)", lo=1)
     if isinstance(table_sizes, str):
         from sdm.trace.generate import get_profile
 

@@ -18,6 +18,7 @@ from sdm.errors import InvalidArgumentError
 from sdm.trace.format import Trace, load
 from sdm.trace.generate import REUSE_BIN_EDGES
 from sdm.trace.stackdist import stack_distances
+from sdm.validate import check_int
 
 __all__ = ["TraceStats", "TableStats", "trace_stats", "reuse_bins", "batch_reuse", "fit_zipf_alpha",
            "table_stack_distribution",
@@ -251,8 +252,7 @@ def trace_stats(trace, *, stack_lookups: int = 1_000_000, progress: bool = False
     The stack-distance distribution uses the first ``stack_lookups`` lookups of the global key
     stream (table-major within a batch) to stay O(stack_lookups log) in time.
     """
-    if stack_lookups < 0:
-        raise InvalidArgumentError(f"stack_lookups must be >= 0, got {stack_lookups}")
+    stack_lookups = check_int(stack_lookups, "stack_lookups", lo=0)
     own = not isinstance(trace, Trace)
     tr = load(trace) if own else trace
     try:
