@@ -371,7 +371,7 @@ def _pre_miss(st, pol, key):
 
 
 @jit(_nrt=False, inline='always')
-def _scan_unpinned(st, pol):
+def _scan_unpinned(st):
     """Fallback victim when the policy's own choice is pinned: the best unpinned heap slot."""
     meta, prio, heap, pins = st[0], st[8], st[9], st[11]
     best = -1
@@ -432,7 +432,7 @@ def _choose_victim(st, pol):
         top = st[9][0]
         if pins[top] == 0:
             return top
-        return _scan_unpinned(st, pol)
+        return _scan_unpinned(st)
     if pol == RANDOM:
         for _ in range(64):
             # Counter-based generator (splitmix64 of a seeded counter): reproducible and
