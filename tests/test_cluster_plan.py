@@ -105,9 +105,9 @@ def test_capacity_never_exceeded_when_tight():
 def test_planning_128_tables_under_a_second():
     specs, pooling = zipf_tables(128, 8)
     plan(specs, 16, pooling=pooling)  # warm
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: the 2-core CI machine is shared
     plan(specs, 16, pooling=pooling)
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
 
 
 def test_tables_that_cannot_fit_name_the_shortfall():
