@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import sys
 
 from sdm import __version__
-from sdm.errors import ConfigError, SdmError
+from sdm.errors import ConfigError, InvalidArgumentError, SdmError
 
 # Modules of sdm.cli that define commands, in the order `sdm --help` lists them.
-COMMAND_MODULES = ("run", "replay", "trace", "place", "shard", "report", "devices")
+COMMAND_MODULES = ("run", "replay", "load", "trace", "place", "shard", "report", "devices")
 
 
 def check_output_folder(path) -> None:
@@ -38,6 +39,29 @@ def check_output_folder(path) -> None:
     raise ConfigError(f"output directory {folder!r} {why}")
 
 
+def write_text(path: str, text: str) -> None:
+    """Write ``text`` to ``path``, creating its folder; InvalidArgumentError naming the path
+    when the system refuses."""
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def emit_json(target: str | None, data: dict) -> bool:
+    """Write ``data`` to ``target`` ('-' for stdout); True when stdout took it."""
+    if target is None:
+        return False
+    text = json.dumps(data, indent=1)
+    if target == "-":
+        print(text)
+        return True
+    write_text(target, text + "\n")
+    return False
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sdm",
@@ -53,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
 def command_name(args) -> str:
     """``"sdm replay"``, ``"sdm trace gen"``: the command an error line names."""
     words = ["sdm", args.command]
-    sub = getattr(args, "trace_command", None) or getattr(args, "shard_command", None)
+    sub = getattr(args, f"{args.command}_command", None)  # `sdm trace gen`, `sdm devices calibrate`
     if sub:
         words.append(sub)
     return " ".join(words)

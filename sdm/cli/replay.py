@@ -6,6 +6,7 @@ import json
 import os
 import sys
 
+from sdm.cli import emit_json, write_text
 from sdm.errors import InvalidArgumentError
 from sdm.policies import ADMISSIONS
 from sdm.store.config import IO_MODES
@@ -74,28 +75,6 @@ def _split(values) -> list[str]:
     return [v for item in values for v in item.split(",") if v]
 
 
-def _write(path: str, text: str) -> None:
-    try:
-        d = os.path.dirname(os.path.abspath(path))
-        os.makedirs(d, exist_ok=True)
-        with open(path, "w") as f:
-            f.write(text)
-    except OSError as exc:
-        raise InvalidArgumentError(f"cannot write {path}: {exc.strerror}") from None
-
-
-def _emit_json(target: str | None, data: dict) -> bool:
-    """Write ``data`` to ``target`` ('-' for stdout); True when stdout took it."""
-    if target is None:
-        return False
-    text = json.dumps(data, indent=1)
-    if target == "-":
-        print(text)
-        return True
-    _write(target, text + "\n")
-    return False
-
-
 def _progress() -> bool:
     return sys.stderr.isatty()
 
@@ -133,15 +112,15 @@ def _replay(args) -> int:
     summary = replay_markdown(result)
     notes = []
     if args.out:
-        _write(os.path.join(args.out, "summary.md"), summary)
-        _write(os.path.join(args.out, "result.json"), json.dumps(data, indent=1) + "\n")
+        write_text(os.path.join(args.out, "summary.md"), summary)
+        write_text(os.path.join(args.out, "result.json"), json.dumps(data, indent=1) + "\n")
         try:
             plots = plot_replay(result, args.out)
         except OSError as exc:
             raise InvalidArgumentError(f"cannot write plots into {args.out}: {exc.strerror}") from None
         notes.append(f"wrote {os.path.join(args.out, 'summary.md')}, result.json, "
                      + ", ".join(os.path.basename(p) for p in plots))
-    if not _emit_json(args.json, data):
+    if not emit_json(args.json, data):
         print(summary, end="")
         if args.json:
             notes.append(f"wrote {args.json}")
@@ -170,7 +149,7 @@ def _sweep(args) -> int:
         except OSError as exc:
             raise InvalidArgumentError(f"cannot write {args.plot}: {exc.strerror}") from None
         notes.append(f"wrote {args.plot}")
-    if not _emit_json(args.json, result.to_json()):
+    if not emit_json(args.json, result.to_json()):
         print(sweep_markdown(result), end="")
         if args.json:
             notes.append(f"wrote {args.json}")

@@ -230,7 +230,9 @@ def _open_trace(trace):
     return load(trace), True
 
 
-def _check_store_tables(store: Store, table_sizes) -> list[str]:
+def check_store_tables(store: Store, table_sizes) -> list[str]:
+    """Names of ``store``'s tables, matched in order to the trace's; ConfigError unless each
+    covers its trace table's ids."""
     specs = list(store.tables.values())
     if len(specs) != len(table_sizes):
         raise ConfigError(f"store {store.path} holds {len(specs)} tables but the trace has "
@@ -242,7 +244,9 @@ def _check_store_tables(store: Store, table_sizes) -> list[str]:
     return [s.name for s in specs]
 
 
-def _make_model(preset: str, store: Store, seed: int):
+def make_model(preset: str, store: Store, seed: int):
+    """A seeded DLRM of ``preset``'s MLPs whose embedding tables are ``store``'s (their dim
+    must be the preset's)."""
     from sdm.model import DLRM, get_preset
     from sdm.model.sparse import SparseArch
 
@@ -350,7 +354,7 @@ def _check_space(directory, table_sizes, dim, fmt, config) -> None:
 
 def _warm(tr, path, config, request_size) -> None:
     with Store.open(path, config=config) as st:
-        names = _check_store_tables(st, tr.table_sizes)
+        names = check_store_tables(st, tr.table_sizes)
         for req in iter_requests((tr[i] for i in range(min(1, len(tr)))), request_size):
             st.embedding_bags({n: (ix, of) for n, ix, of in zip(names, req.indices, req.offsets)})
             return
@@ -358,9 +362,9 @@ def _warm(tr, path, config, request_size) -> None:
 
 def _replay(tr, st: Store, config, model_name, request_size, warmup, max_batches, sla_us, seed,
             progress, checksum) -> ReplayResult:
-    names = _check_store_tables(st, tr.table_sizes)
+    names = check_store_tables(st, tr.table_sizes)
     specs = list(st.tables.values())
-    model = _make_model(model_name, st, seed) if model_name is not None else None
+    model = make_model(model_name, st, seed) if model_name is not None else None
     last = len(tr) if max_batches is None else min(len(tr), warmup + max_batches)
     total = int(tr.batch_lookups[warmup:last].sum())
     for name in names:  # load resident tables and row files now, not inside the first request

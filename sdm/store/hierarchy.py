@@ -204,6 +204,17 @@ class Hierarchy:
         return [{"name": tier.name, "kind": tier.kind, "hits": 0, "misses": 0, **tier.stats()}
                 for tier in self.tiers]
 
+    def device_stats(self) -> dict[str, dict]:
+        """Per device, its shared queue's ``units``, ``spacing_ns`` (work per read), and the
+        running ``reads`` and ``in_device_ns``: over a window of ``T`` ns, the device's
+        utilization is ``reads x spacing_ns / T`` and its mean queue depth ``in_device_ns / T``."""
+        out = {}
+        for name, queue in self.queues.items():
+            reads, in_device = queue.counters()
+            out[name] = {"units": queue.units, "spacing_ns": queue.spacing_ns, "reads": reads,
+                         "in_device_ns": in_device}
+        return out
+
     def modeled_ns(self) -> int:
         """Simulated time since the hierarchy was built (every tier's busy time, in turn)."""
         return self.clock.now_ns()

@@ -461,7 +461,8 @@ class Store:
         """Counters since open: ``lookups``, ``batches``, and ``tiers``, a list (fast to slow)
         of ``{name, hits, misses, reads, bytes_read, modeled_ns, ...}`` per tier; with a
         pooled-embedding cache, ``pooled_cache`` (its ``hits``, ``misses``, ``bytes_used``...).
-        Lookups of bags the pooled cache served never reach the tiers.
+        Lookups of bags the pooled cache served never reach the tiers. ``devices`` has the
+        counters of each device's shared queue (see :meth:`Hierarchy.device_stats`).
 
         ``damage`` lists the damaged files found and worked around since open (an SCM row
         file that failed its checksums and was rebuilt from LMDB, so its rows were served
@@ -469,7 +470,7 @@ class Store:
         that cannot be worked around is raised as :class:`CorruptStoreError` instead."""
         tiers = self._hierarchy.stats()
         out = {"lookups": self._lookups, "batches": self._batches, "version": self._seen_version,
-               "config": self.config.name, "tiers": tiers,
+               "config": self.config.name, "tiers": tiers, "devices": self._hierarchy.device_stats(),
                "damage": [d for t in tiers for d in t.get("damage", ())]}
         if self._pooled is not None:
             out["pooled_cache"] = self._pooled.stats()

@@ -13,6 +13,15 @@ Two ways rows enter besides demand misses, both pinning their slots so no policy
 can evict them: :meth:`pin_rows` (hot rows a placement keeps resident for good) and
 :meth:`prefetch` (rows of an upcoming batch, pinned until :meth:`release` after that batch
 was served — the eviction-before-use bug class of lookahead prefetchers cannot happen).
+
+Many batches are served at once. Only the probe runs under the cache's lock; there a batch
+pins every slot it will read, claims its misses' slots as pending and takes its own range
+of scratch rows. Its misses are then read from the tier below with no lock held, and a
+batch that hit a slot another batch is still filling waits for that row only (a condition
+variable), so hits never wait for device reads of other rows, and two batches needing the
+same missing row read it once. Pooling runs from the pinned slots, unlocked; the pins are
+dropped at the end. A single thread's key stream meets no other batch's pins, so its policy
+decisions stay exactly ``sdm.simulate``'s.
 """
 
 from __future__ import annotations
@@ -25,7 +34,8 @@ from sdm.errors import ConfigError
 from sdm.formats import typed_rows
 from sdm.kernels.dedup import unique_inverse
 from sdm.kernels.serve import (C_HITS, C_MISSES, C_PREFETCH_USED, C_PREFETCH_WASTED, C_REJECTED,
-                               N_COUNTERS, TABLE_SHIFT, fill_rows, probe_batch)
+                               N_COUNTERS, SLOT_FAILED, SLOT_PENDING, SLOT_READY, TABLE_SHIFT,
+                               fill_rows, probe_batch)
 from sdm.tiers.manifest import TableLayout
 from sdm.policies import Cache
 from sdm.policies.cache import _no_admission
@@ -35,6 +45,7 @@ from sdm.tiers.base import CacheTier, Tier
 __all__ = ["DramCacheTier"]
 
 _MIN_SCRATCH = 1024
+_WAIT_S = 0.05  # waits for other batches' rows re-check this often (a notify is never lost, but be safe)
 _LINE = 64  # slots start on cache lines, so a row costs exactly ceil(row_bytes / 64) lines
 
 
@@ -48,7 +59,7 @@ class DramCacheTier(CacheTier):
         policy: a name of ``sdm.POLICIES`` (not ``belady``, which needs the future).
         admission: None, ``"threshold"``, ``"tinylfu"`` or an :class:`sdm.policies.Admission`.
 
-    Thread-safe: one batch at a time holds the cache (the kernels inside run on all cores).
+    Thread-safe: many batches are served at once (see the module's docstring).
     """
 
     def __init__(self, lower: Tier, capacity_rows: int, slot_bytes: int, *, policy: str = "lru",
@@ -68,6 +79,9 @@ class DramCacheTier(CacheTier):
         self._slot_epoch = np.full(self.capacity, -1, dtype=np.int64)
         self._slot_owner = np.zeros(self.capacity, dtype=np.int64)
         self._slot_flag = np.zeros(self.capacity, dtype=np.uint8)
+        self._ready = np.full(self.capacity, SLOT_READY, dtype=np.uint8)
+        self._scratch = _Ranges(self.capacity, _MIN_SCRATCH)
+        self._inflight = 0  # batches holding scratch rows (the slot buffer grows only at 0)
         self._epoch = 0
         self._counters = np.zeros(N_COUNTERS, dtype=np.int64)  # demand batches
         self._prefetch_counters = np.zeros(N_COUNTERS, dtype=np.int64)
@@ -75,6 +89,7 @@ class DramCacheTier(CacheTier):
         self._pinned: dict[int, np.ndarray] = {}  # table id -> ids pinned by pin_rows
         self._bypass = _no_admission()  # pins and prefetches are decided, not filtered
         self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
 
     @property
     def policy(self) -> str:
@@ -82,56 +97,121 @@ class DramCacheTier(CacheTier):
 
     # -- the batch path ----------------------------------------------------------------
 
-    def _probe(self, layout: TableLayout, unique: np.ndarray, *, prefetch: bool = False):
-        """Probe distinct ascending ``unique`` and plan their rows (:func:`probe_batch`);
-        returns ``(ptr, is_miss)``. Caller holds the lock."""
+    def _begin(self, layout: TableLayout, unique: np.ndarray, *, prefetch: bool = False) -> "_Batch":
+        """Probe distinct ascending ``unique`` under the lock (:func:`probe_batch`): plan every
+        row, pin the slots the batch uses, claim its misses' slots. Caller holds the lock."""
         u = unique.shape[0]
-        if self._slots.shape[0] - self.capacity < u:  # rare: grow scratch geometrically
-            grown = np.empty((self.capacity + max(u, 2 * (self._slots.shape[0] - self.capacity)),
-                              self.slot_bytes), dtype=np.uint8)
-            grown[: self.capacity] = self._slots[: self.capacity]
-            self._slots = grown
+        start = self._take_scratch(u)
         self._epoch += 1
         ptr = np.empty(u, dtype=np.int64)
         is_miss = np.empty(u, dtype=np.bool_)
         probe_batch(unique, np.int64(layout.table_id) << TABLE_SHIFT, self.directory._state,
-                    self._bypass if prefetch else self.directory._adm, self._slots, self.capacity,
-                    self._slot_epoch, self._slot_owner, self._epoch, self._slot_flag, prefetch,
-                    ptr, is_miss, self._prefetch_counters if prefetch else self._counters)
-        return ptr, is_miss
+                    self._bypass if prefetch else self.directory._adm, self._slots, start,
+                    self._slot_epoch, self._slot_owner, self._epoch, self._slot_flag, self._ready,
+                    prefetch, ptr, is_miss, self._prefetch_counters if prefetch else self._counters)
+        in_cache = ptr < self.capacity
+        used = ptr[in_cache]
+        if not prefetch:  # a prefetch pins in the kernel, until release()
+            self.directory.pin(used)
+        waits = np.flatnonzero(~is_miss & in_cache)
+        waits = waits[self._ready[ptr[waits]] != SLOT_READY]
+        return _Batch(layout, unique, ptr, is_miss, used, start, waits, self._slots)
 
-    def _fill(self, layout: TableLayout, unique: np.ndarray, ptr: np.ndarray, missing: np.ndarray) -> None:
-        """Read rows ``unique[missing]`` from the tier below into their planned slots."""
-        if missing.size:
-            fetched = np.empty((missing.size, layout.spec.row_bytes), dtype=np.uint8)
-            self.lower.read_rows(layout, unique[missing], fetched)
-            fill_rows(self._slots, ptr[missing], fetched)
+    def _take_scratch(self, n: int) -> int:
+        """The first of ``n`` scratch rows for one batch; waits for other batches to give
+        theirs back, and grows the slot buffer when none is in flight. Caller holds the lock."""
+        while True:
+            start = self._scratch.take(n)
+            if start is not None:
+                self._inflight += 1
+                return start
+            if self._inflight == 0:  # nobody points into the buffer: grow it geometrically
+                extra = max(n, 2 * self._scratch.size)
+                grown = np.empty((self.capacity + extra, self.slot_bytes), dtype=np.uint8)
+                grown[: self.capacity] = self._slots[: self.capacity]
+                self._slots = grown
+                self._scratch = _Ranges(self.capacity, extra)
+            else:
+                self._cond.wait(_WAIT_S)
 
-    def _serve(self, layout: TableLayout, unique: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Make every row of ``unique`` present in ``self._slots`` for this batch; returns
-        ``(ptr, is_miss)``. Caller holds the lock until it has read the rows."""
-        ptr, is_miss = self._probe(layout, unique)
-        self._fill(layout, unique, ptr, np.flatnonzero(is_miss))
-        return ptr, is_miss
+    def _read(self, batch: "_Batch", which: np.ndarray, source: Tier | None = None) -> None:
+        """Read rows ``batch.unique[which]`` from the tier below into their planned rows, no
+        lock held; on failure their slots are marked failed (the next batch reads them)."""
+        if not which.size:
+            return
+        layout = batch.layout
+        try:
+            fetched = np.empty((which.size, layout.spec.row_bytes), dtype=np.uint8)
+            (source or self.lower).read_rows(layout, batch.unique[which], fetched)
+            fill_rows(batch.slots, batch.ptr[which], fetched)
+        except BaseException:
+            with self._cond:
+                mine = batch.ptr[which]
+                self._ready[mine[mine < self.capacity]] = SLOT_FAILED
+                self._cond.notify_all()
+            raise
+        with self._cond:
+            mine = batch.ptr[which]
+            self._ready[mine[mine < self.capacity]] = SLOT_READY
+            self._cond.notify_all()
 
-    def _view(self, layout: TableLayout) -> np.ndarray:
-        raw = self._slots if layout.spec.row_bytes == self.slot_bytes else self._slots[:, : layout.spec.row_bytes]
+    def _wait_for_others(self, batch: "_Batch") -> None:
+        """Wait until the rows this batch hit while other batches were reading them are
+        there; a row whose read failed is read again here."""
+        while batch.waits.size:
+            with self._cond:
+                state = self._ready[batch.ptr[batch.waits]]
+                while (state == SLOT_PENDING).all():
+                    self._cond.wait(_WAIT_S)
+                    state = self._ready[batch.ptr[batch.waits]]
+                failed = batch.waits[state == SLOT_FAILED]
+                self._ready[batch.ptr[failed]] = SLOT_PENDING  # claimed: this batch reads them
+                batch.waits = batch.waits[state == SLOT_PENDING]
+            self._read(batch, failed)
+
+    def _end(self, batch: "_Batch") -> None:
+        with self._cond:
+            self.directory.unpin(batch.used)
+            self._scratch.give(batch.start, batch.unique.shape[0])
+            self._inflight -= 1
+            self._cond.notify_all()
+
+    def _serve(self, layout: TableLayout, unique: np.ndarray) -> "_Batch":
+        """Make every row of ``unique`` present for this batch (its rows pinned until
+        :meth:`_end`); returns the batch."""
+        with self._cond:
+            batch = self._begin(layout, unique)
+        try:
+            self._read(batch, np.flatnonzero(batch.is_miss))
+            self._wait_for_others(batch)
+        except BaseException:
+            self._end(batch)
+            raise
+        return batch
+
+    def _view(self, layout: TableLayout, slots: np.ndarray) -> np.ndarray:
+        raw = slots if layout.spec.row_bytes == self.slot_bytes else slots[:, : layout.spec.row_bytes]
         return typed_rows(raw, layout.spec.fmt)
 
     def pool_bags(self, layout: TableLayout, indices, offsets, weights, mean: bool, out) -> int:
         """Pool bags of validated ``indices``/``offsets`` into ``out`` ``(B, dim) float32``
         straight from the cache's slots; returns the number of distinct rows that hit."""
         unique, inverse = unique_inverse(indices)
-        with self._lock:
-            ptr, is_miss = self._serve(layout, unique)
-            pool(self._view(layout), ptr[inverse], offsets, weights, mean, layout.spec.fmt, out)
-        return int(unique.shape[0] - np.count_nonzero(is_miss))
+        batch = self._serve(layout, unique)
+        try:
+            pool(self._view(layout, batch.slots), batch.ptr[inverse], offsets, weights, mean,
+                 layout.spec.fmt, out)
+        finally:
+            self._end(batch)
+        return int(unique.shape[0] - np.count_nonzero(batch.is_miss))
 
     def read_rows(self, layout, ids, out):
-        with self._lock:
-            ptr, is_miss = self._serve(layout, ids)
-            np.take(self._slots[:, : layout.spec.row_bytes], ptr, axis=0, out=out)
-        return ~is_miss
+        batch = self._serve(layout, ids)
+        try:
+            np.take(batch.slots[:, : layout.spec.row_bytes], batch.ptr, axis=0, out=out)
+        finally:
+            self._end(batch)
+        return ~batch.is_miss
 
     # -- pins and prefetch -------------------------------------------------------------
 
@@ -143,7 +223,7 @@ class DramCacheTier(CacheTier):
         Raises:
             ConfigError: the pins would leave no slot for the rest of the traffic.
         """
-        with self._lock:
+        with self._cond:
             before = self._pinned.get(layout.table_id)
             ids = ids if before is None else np.setdiff1d(ids, before, assume_unique=True)
             total = sum(len(v) for v in self._pinned.values()) + len(ids)
@@ -152,42 +232,47 @@ class DramCacheTier(CacheTier):
                     f"cache {self.name!r}: pinning {total} rows leaves no slot of its "
                     f"{self.capacity} for other rows; pin fewer or give the cache more capacity")
             self._pinned[layout.table_id] = ids if before is None else np.union1d(before, ids)
-            scratch = np.zeros(N_COUNTERS, dtype=np.int64)
-            self._epoch += 1
-            ptr = np.empty(len(ids), dtype=np.int64)
-            is_miss = np.empty(len(ids), dtype=np.bool_)
-            probe_batch(ids, np.int64(layout.table_id) << TABLE_SHIFT, self.directory._state,
-                        self._bypass, self._slots, self.capacity, self._slot_epoch, self._slot_owner,
-                        self._epoch, self._slot_flag, True, ptr, is_miss, scratch)
-            missing = np.flatnonzero(is_miss)
-            if missing.size:
-                fetched = np.empty((missing.size, layout.spec.row_bytes), dtype=np.uint8)
-                (source or self.lower).read_rows(layout, ids[missing], fetched)
-                fill_rows(self._slots, ptr[missing], fetched)
-            self._slot_flag[ptr[ptr < self.capacity]] = 0  # pinned for good, not a prefetch
+            counters = self._prefetch_counters.copy()  # pins are setup: no counter moves
+            batch = self._begin(layout, ids, prefetch=True)
+            self._prefetch_counters[:] = counters
+        try:
+            self._read(batch, np.flatnonzero(batch.is_miss & (batch.ptr < self.capacity)), source)
+        finally:
+            with self._cond:
+                self._slot_flag[batch.used] = 0  # pinned for good, not a prefetch
+                self._scratch.give(batch.start, batch.unique.shape[0])
+                self._inflight -= 1
+                self._cond.notify_all()
 
     def prefetch(self, layout: TableLayout, ids: np.ndarray) -> int:
         """Bring rows ``ids`` (sorted, unique int64) of an upcoming batch into the cache and
         pin them until :meth:`release`; rows already cached are pinned too. Returns the rows
         read from the tier below. Rows that find no unpinned slot are skipped (counted as
         not admitted)."""
-        with self._lock:
-            ptr, is_miss = self._probe(layout, ids, prefetch=True)
-            missing = np.flatnonzero(is_miss & (ptr < self.capacity))
-            self._fill(layout, ids, ptr, missing)
-            self._prefetched += int(missing.size)
-            return int(missing.size)
+        with self._cond:
+            batch = self._begin(layout, ids, prefetch=True)
+        missing = np.flatnonzero(batch.is_miss & (batch.ptr < self.capacity))
+        try:
+            self._read(batch, missing)
+        finally:
+            with self._cond:
+                self._prefetched += int(missing.size)
+                self._scratch.give(batch.start, batch.unique.shape[0])
+                self._inflight -= 1
+                self._cond.notify_all()
+        return int(missing.size)
 
     def release(self, layout: TableLayout, ids: np.ndarray) -> None:
         """Unpin rows ``ids`` pinned by :meth:`prefetch` (their batch has been served)."""
-        with self._lock:
+        with self._cond:
             slots = self.directory.lookup((np.int64(layout.table_id) << TABLE_SHIFT) | ids)
             self.directory.unpin(slots[slots >= 0])
 
     # -- the rest of the tier contract --------------------------------------------------
 
     def row_offsets(self, layout, ids):
-        slots = self.directory.lookup((np.int64(layout.table_id) << TABLE_SHIFT) | np.asarray(ids, np.int64))
+        with self._cond:
+            slots = self.directory.lookup((np.int64(layout.table_id) << TABLE_SHIFT) | np.asarray(ids, np.int64))
         return np.where(slots >= 0, slots, 0) * self.slot_bytes
 
     def rows_changed(self, layout, ids):
@@ -240,3 +325,50 @@ class DramCacheTier(CacheTier):
     def close(self):
         with self._lock:
             self._slots = np.empty((0, self.slot_bytes), dtype=np.uint8)
+
+
+class _Batch:
+    """One batch in flight: its ids, the row of ``slots`` serving each, which it reads itself,
+    the slots it pinned, its scratch rows, and the hits it waits on other batches for."""
+
+    __slots__ = ("layout", "unique", "ptr", "is_miss", "used", "start", "waits", "slots")
+
+    def __init__(self, layout, unique, ptr, is_miss, used, start, waits, slots):
+        self.layout, self.unique, self.ptr, self.is_miss = layout, unique, ptr, is_miss
+        self.used, self.start, self.waits, self.slots = used, start, waits, slots
+
+
+class _Ranges:
+    """Free row ranges of ``[base, base + size)``, first fit: the scratch rows of the batches
+    in flight. Not thread-safe (the cache's lock guards it)."""
+
+    def __init__(self, base: int, size: int):
+        self.size = size
+        self._free = [(base, size)]  # (start, length), sorted by start, never adjacent
+
+    def take(self, n: int) -> int | None:
+        if n == 0:
+            return self._free[0][0] if self._free else 0
+        for i, (start, length) in enumerate(self._free):
+            if length >= n:
+                if length == n:
+                    del self._free[i]
+                else:
+                    self._free[i] = (start + n, length - n)
+                return start
+        return None
+
+    def give(self, start: int, n: int) -> None:
+        if n == 0:
+            return
+        free = self._free
+        i = 0
+        while i < len(free) and free[i][0] < start:
+            i += 1
+        free.insert(i, (start, n))
+        if i + 1 < len(free) and start + n == free[i + 1][0]:  # merge with the next range
+            free[i] = (start, n + free[i + 1][1])
+            del free[i + 1]
+        if i > 0 and free[i - 1][0] + free[i - 1][1] == start:  # and with the previous one
+            free[i - 1] = (free[i - 1][0], free[i - 1][1] + free[i][1])
+            del free[i]

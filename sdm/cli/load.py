@@ -1,0 +1,66 @@
+"""``sdm load``: open-loop load test of a live store."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from sdm.cli import check_output_folder, emit_json, write_text
+from sdm.store.config import IO_MODES
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "load", help="open-loop load test of a live store: latency against offered QPS",
+        description="Send a trace's requests to a live store as a Poisson process at each --rate "
+                    "(requests/s) for --duration seconds and report, per rate, offered and "
+                    "achieved QPS, p50/p95/p99/p99.9 latency measured from each request's "
+                    "scheduled arrival, device utilization and queue depth, CPU utilization and "
+                    "the DRAM hit rate. paced and direct run for real on --workers threads (or "
+                    "processes); modeled serves the requests in arrival order on the shared "
+                    "device queues (deterministic; device time only). A request is one trace "
+                    "batch (one request id for inference traces) unless --request-size splits "
+                    "batches.")
+    p.add_argument("trace", metavar="TRACE", help="sdm trace file (.npz)")
+    p.add_argument("--config", default="sdm-nand", help="hierarchy preset or .toml (default sdm-nand)")
+    p.add_argument("--rate", type=float, nargs="+", metavar="R", help="offered rates, requests/s")
+    p.add_argument("--search", action="store_true",
+                   help="also find the highest rate whose p99 stays within --sla-us")
+    p.add_argument("--sla-us", type=float, default=30_000.0, help="p99 SLA in us (default 30000)")
+    p.add_argument("--duration", type=float, default=5.0, help="seconds of arrivals per rate (default 5)")
+    p.add_argument("--warmup", type=float, help="seconds of each rate left out (default 10%% of --duration)")
+    p.add_argument("--workers", type=int, default=8, help="worker threads or processes (default 8)")
+    p.add_argument("--processes", action="store_true", help="worker processes over one store directory")
+    p.add_argument("--io-mode", choices=IO_MODES, help="override the config's IO mode")
+    p.add_argument("--model", help="DLRM preset: each request also runs the forward pass")
+    p.add_argument("--store", metavar="DIR", help="an existing store matching the trace's tables")
+    p.add_argument("--dim", type=int, default=64, help="columns of the built store's rows (default 64)")
+    p.add_argument("--fmt", default="fp32", help="row format of the built store (default fp32)")
+    p.add_argument("--request-size", type=int, help="samples per request (default: a whole batch)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", nargs="?", const="-", metavar="OUT",
+                   help="write the JSON result to OUT (no OUT or '-': stdout, instead of the table)")
+    p.add_argument("--out", metavar="DIR", help="write load.md, load.json and load.png into DIR")
+    p.set_defaults(func=_load)
+
+
+def _load(args) -> int:
+    from sdm.load import load_test
+    from sdm.load.render import load_markdown, plot_load
+
+    for path in (args.json,) if args.json not in (None, "-") else ():
+        check_output_folder(path)
+    result = load_test(args.trace, args.config, rates=args.rate, search=args.search,
+                       sla_us=args.sla_us, duration_s=args.duration, workers=args.workers,
+                       processes=args.processes, io_mode=args.io_mode, store=args.store,
+                       model=args.model, dim=args.dim, fmt=args.fmt,
+                       request_size=args.request_size, warmup_s=args.warmup, seed=args.seed)
+    data = result.to_json()
+    text = load_markdown(result)
+    if args.out:
+        write_text(os.path.join(args.out, "load.md"), text)
+        write_text(os.path.join(args.out, "load.json"), json.dumps(data, indent=1) + "\n")
+        plot_load([result], os.path.join(args.out, "load.png"))
+    if not emit_json(args.json, data):
+        print(text, end="")
+    return 0
