@@ -33,10 +33,9 @@ arithmetic and bookkeeping off the critical path):
 * fp16 is widened with ``vcvtph2ps`` (an ``fpext`` intrinsic); int8 rows are dequantized in the
   loop as ``sum_k (w_k s_k) q_k`` per column plus the scalar ``sum_k w_k b_k`` once per bag.
 
-Numba's on-disk cache is keyed on the mtime of the file holding the jitted function (and its
-bytecode), not on the files it calls into. So every helper the kernels call lives here, and an
-edit to this file recompiles them (``bench/bench_compile.py --check-stale`` shows it). Changing
-the flags in ``sdm/_jit.py`` does not: delete ``sdm/kernels/__pycache__/*.nb[ic]`` after that.
+The on-disk JIT cache is stamped with a digest of every sdm source file
+(:mod:`sdm.kernels.jit`), so an edit here, to a helper elsewhere or to the JIT flags
+recompiles these kernels (``bench/bench_compile.py --check-stale`` shows it).
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ Every kernel is compiled through :func:`jit` so the flags live in one place:
 
 Threads: parallel kernels run on Numba's OpenMP layer. libgomp's threads spin-wait between
 parallel regions by default; on a machine whose cores are shared with other jobs both threads
-of a call can land on one core and the call then waits for scheduler ticks (measured on the
-2-core dev VM: ~8 ms per call, 195 ns per pooled row instead of ~35). Importing sdm therefore
+of a call can land on one core and the call then waits for scheduler ticks (several ms per
+call; bench/RESULTS.md has the measurement). Importing sdm therefore
 sets ``OMP_WAIT_POLICY=passive`` unless the environment already sets it; it takes effect when
 the OpenMP runtime loads (Numba's, at the first parallel call), so set it yourself, to
 ``active`` on a dedicated machine, before importing sdm to choose otherwise.
@@ -47,7 +47,7 @@ _PACKAGE = Path(__file__).resolve().parents[1]
 @functools.lru_cache(maxsize=None)
 def source_digest() -> bytes:
     """SHA-256 over the path and bytes of every ``.py`` file of the sdm package (read once
-    per process: ~2 ms)."""
+    per process)."""
     h = hashlib.sha256()
     for path in sorted(_PACKAGE.rglob("*.py")):
         h.update(path.relative_to(_PACKAGE).as_posix().encode() + b"\0")

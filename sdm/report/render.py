@@ -2,8 +2,8 @@
 
 They only format the dict :func:`sdm.report.build_report` computed. The HTML inlines its
 style and embeds every plot as a ``data:image/png;base64`` URI, so it reads offline and
-references nothing outside itself. matplotlib (the optional ``plot`` extra) is imported
-only when plots are drawn, with the Agg backend.
+references nothing outside itself. matplotlib is imported only when plots are
+drawn, with the Agg backend.
 """
 
 from __future__ import annotations
