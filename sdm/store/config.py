@@ -13,7 +13,8 @@ TOML layout (tiers fast to slow; unknown keys are errors)::
 
     [[tiers]]
     kind = "cache"                 # dram | cache | mmap | lmdb  (TIER_KINDS)
-    device = "dram"                # a preset of sdm.DEVICES (default per kind)
+    device = "dram"                # a preset of sdm.DEVICES (default per kind), or a device file
+                                   # from `sdm devices calibrate -o disk.toml`
     capacity_bytes = 67108864      # or capacity_rows = 1000000; a cache needs one
     policy = "lru"                 # caches only: a name of sdm.POLICIES except belady
     admission = "tinylfu"          # caches only, optional: threshold | tinylfu
@@ -50,7 +51,7 @@ from sdm.validate import check_choice, check_int
 
 __all__ = [
     "TierConfig", "HierarchyConfig", "HIERARCHY_PRESETS", "TIER_KINDS", "IO_MODES",
-    "resolve_config", "load_toml", "with_io_mode", "with_options", "DEFAULT_DEVICES", "CACHE_POLICIES",
+    "resolve_config", "load_toml", "load_device", "with_io_mode", "with_options", "DEFAULT_DEVICES", "CACHE_POLICIES",
 ]
 
 TIER_KINDS = ("dram", "cache", "mmap", "lmdb")
@@ -94,6 +95,8 @@ class TierConfig:
         check_choice(self.kind, "tier kind", TIER_KINDS, error=ConfigError)
         where = f"{self.kind} tier"
         device = DEFAULT_DEVICES[self.kind] if self.device is None else self.device
+        if isinstance(device, str) and device.endswith(".toml"):  # `sdm devices calibrate -o`
+            device = load_device(device)
         if isinstance(device, dict):  # an inline TOML table describing a custom device
             device = _build(DeviceSpec, device, f"{where}: device")
         try:
@@ -268,13 +271,28 @@ def read_toml(path, what: str) -> tuple[str, dict]:
         raise ConfigError(f"{what} {path!r} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
 
 
+def load_device(path) -> DeviceSpec:
+    """A device from a TOML file's ``[device]`` table (what ``sdm devices calibrate -o`` writes)."""
+    path, data = read_toml(path, "device file")
+    table = data.get("device")
+    if not isinstance(table, dict) or set(data) != {"device"}:
+        raise ConfigError(f"{path}: a device file holds one [device] table, got keys {sorted(data)}")
+    if "unverified" in table:
+        table = {**table, "unverified": frozenset(table["unverified"])}
+    return _build(DeviceSpec, table, f"{path}: device")
+
+
 def load_toml(path) -> HierarchyConfig:
-    """Read a hierarchy from a TOML file (layout in this module's docstring)."""
+    """Read a hierarchy from a TOML file (layout in this module's docstring). A tier's
+    ``device`` may name a device TOML file, relative to this file."""
     path, data = read_toml(path, "config file")
     data.setdefault("name", os.path.splitext(os.path.basename(path))[0])
     tiers = data.get("tiers", [])
     if not isinstance(tiers, list) or not all(isinstance(t, dict) for t in tiers):
         raise ConfigError(f"{path}: 'tiers' must be an array of tables ([[tiers]])")
+    for t in tiers:
+        if isinstance(t.get("device"), str) and t["device"].endswith(".toml"):
+            t["device"] = os.path.join(os.path.dirname(os.path.abspath(path)), t["device"])
     data["tiers"] = tuple(_build(TierConfig, t, f"{path}: tiers[{i}]") for i, t in enumerate(tiers))
     placement = data.get("placement")
     if placement is not None:
