@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import sdm
+from helpers import rows_of
 from sdm.store.config import HIERARCHY_PRESETS, IO_MODES, HierarchyConfig, TierConfig, with_io_mode
 
 SPECS = [sdm.TableSpec("f32", 800, 16, "fp32"), sdm.TableSpec("i8", 3000, 64, "int8"),
@@ -23,21 +24,13 @@ STAT_KEYS = {"name", "kind", "device", "hits", "misses", "reads", "bytes_read", 
              "read_amplification", "modeled_ns", "energy_j", "wall_ns", "io_mode", "queue_depth"}
 
 
-def rows_of(spec, seed=0):
-    return np.random.default_rng(seed + spec.num_rows).standard_normal((spec.num_rows, spec.dim)).astype(np.float32)
-
-
 def config_of(name, mode):
     return with_io_mode(TIGHT.get(name, name), mode)
 
 
 @pytest.fixture(scope="module")
-def store_path(tmp_path_factory):
-    path = tmp_path_factory.mktemp("hier") / "s"
-    with sdm.Store.create(path, SPECS) as store:
-        for spec in SPECS:
-            store.write_table(spec.name, rows_of(spec))
-    return path
+def store_path(make_store):
+    return make_store(SPECS)
 
 
 def workload(seed=0):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import sdm
+from helpers import rows_in_turn
 from sdm.store.config import CACHE_POLICIES, HierarchyConfig, TierConfig
 from sdm.store.prefetch import Lookahead
 from sdm.kernels.serve import TABLE_SHIFT
@@ -24,13 +25,8 @@ def config(capacity_rows, policy="lru", admission=None, device="nand-p4500"):
 
 
 @pytest.fixture(scope="module")
-def store_path(tmp_path_factory):
-    path = tmp_path_factory.mktemp("hc") / "s"
-    rng = np.random.default_rng(0)
-    with sdm.Store.create(path, SPECS) as store:
-        for spec in SPECS:
-            store.write_table(spec.name, rng.standard_normal((spec.num_rows, spec.dim)).astype(np.float32))
-    return path
+def store_path(make_store):
+    return make_store(SPECS, rows_in_turn(0))
 
 
 def batches(n, seed=0, bags=32, pooling=6):

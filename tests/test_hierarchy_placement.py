@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import sdm
+from helpers import rows_in_turn
 from sdm.store.config import HierarchyConfig, TierConfig, with_options
 from sdm.store.placement import Placement
 from sdm.replay.planner import plan
@@ -21,13 +22,8 @@ def config(capacity_rows=400, placement=None):
 
 
 @pytest.fixture(scope="module")
-def store_path(tmp_path_factory):
-    path = tmp_path_factory.mktemp("hp") / "s"
-    rng = np.random.default_rng(0)
-    with sdm.Store.create(path, SPECS) as store:
-        for spec in SPECS:
-            store.write_table(spec.name, rng.standard_normal((spec.num_rows, spec.dim)).astype(np.float32))
-    return path
+def store_path(make_store):
+    return make_store(SPECS, rows_in_turn(0))
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sdm
+from helpers import ramp_rows
 from sdm.tiers.lmdb_check import F_BIGDATA, P_BRANCH, P_LEAF, TreeDamage, check_tree, check_tree_reference
 
 PAGE = 4096
@@ -27,11 +28,8 @@ SPEC = sdm.TableSpec("t", 20_000, 16)
 
 
 @pytest.fixture(scope="module")
-def pristine(tmp_path_factory):
-    path = tmp_path_factory.mktemp("lmdb-check") / "store"
-    with sdm.Store.create(path, [SPEC]) as store:
-        store.write_table("t", np.arange(SPEC.num_rows * SPEC.dim, dtype=np.float32).reshape(-1, SPEC.dim))
-    return path
+def pristine(make_store):
+    return make_store([SPEC], ramp_rows)
 
 
 def data_file(store) -> str:

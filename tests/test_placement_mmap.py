@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import sdm
 import sdm.tiers.rowfile as rowfile_mod
+from helpers import rows_of, write_store
 from sdm.devices import count_blocks
 from sdm.errors import ConfigError
 from sdm.tiers.manifest import Manifest
@@ -24,17 +25,9 @@ from sdm.tiers.rowfile import HEADER_BYTES, order_digest, rowfile_path
 SPECS = [sdm.TableSpec("i8", 1500, 64, "int8"), sdm.TableSpec("f32", 600, 16, "fp32")]
 
 
-def rows_of(spec, seed=0):
-    return np.random.default_rng(seed + spec.num_rows).standard_normal((spec.num_rows, spec.dim)).astype(np.float32)
-
-
 @pytest.fixture(scope="module")
-def store_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("order") / "s"
-    with sdm.Store.create(path, SPECS) as store:
-        for spec in SPECS:
-            store.write_table(spec.name, rows_of(spec))
-    return str(path)
+def store_dir(make_store):
+    return str(make_store(SPECS))
 
 
 @pytest.fixture(scope="module")
@@ -110,8 +103,7 @@ def test_offsets_follow_ids_so_co_located_rows_share_blocks(ordered, layouts, or
 def test_a_file_built_for_another_order_is_rebuilt(tmp_path, layouts, raw):
     spec = SPECS[0]
     path = tmp_path / "s"
-    with sdm.Store.create(path, [spec]) as store:
-        store.write_table(spec.name, rows_of(spec))
+    write_store(path, [spec])
     directory = str(path)
     layout = Manifest.read(directory).tables[0]
     ids = np.array([0, 7, 300, 1499], dtype=np.int64)
@@ -144,8 +136,7 @@ def test_permuted_build_streams_in_chunks(tmp_path, monkeypatch, raw):
     monkeypatch.setattr(rowfile_mod, "_BUILD_CHUNK_BYTES", 1000)  # 13 rows of 72 B a chunk
     spec = SPECS[0]
     path = tmp_path / "s"
-    with sdm.Store.create(path, [spec]) as store:
-        store.write_table(spec.name, rows_of(spec))
+    write_store(path, [spec])
     db = RowDB(str(path))
     order = np.random.default_rng(2).permutation(1500)
     tier = MmapTier(db, str(path), row_order={spec.name: order})
@@ -188,8 +179,7 @@ def test_a_planned_order_serves_the_same_rows_and_reads_fewer_blocks(tmp_path):
                                pooling="8", alpha="1.1")
     spec = sdm.TableSpec("t0", 20000, 32, "fp16")
     path = tmp_path / "s"
-    with sdm.Store.create(path, [spec]) as store:
-        store.write_table("t0", rows_of(spec))
+    write_store(path, [spec])
     p = plan(trace, {"t0": spec}, dram_bytes=0)
     assert p.info["blocks_per_lookup"]["reduction"] > 1.4
     db = RowDB(str(path))
@@ -216,8 +206,7 @@ def test_a_planned_order_serves_the_same_rows_and_reads_fewer_blocks(tmp_path):
 def test_files_of_older_generations_are_dropped_other_orders_kept(tmp_path):
     spec = SPECS[0]
     path = tmp_path / "s"
-    with sdm.Store.create(path, [spec]) as store:
-        store.write_table(spec.name, rows_of(spec))
+    write_store(path, [spec])
     directory = str(path)
     order = np.random.default_rng(3).permutation(spec.num_rows)
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import sdm
+from helpers import rows_from
 from sdm import errors
 from sdm.tiers.manifest import Manifest
 from sdm.tiers import MmapTier
@@ -19,18 +20,12 @@ from sdm.tiers.mmap import DAMAGE_LOG
 from sdm.tiers.rowfile import HEADER_BYTES, rowfile_path
 
 SPEC = sdm.TableSpec("t", 2000, 20, "int8")  # 28 B rows: 56000 data bytes in 14 pages, 1344 of padding
-
-
-def rows_of(spec, seed=0):
-    return np.random.default_rng(seed).standard_normal((spec.num_rows, spec.dim)).astype(np.float32)
+ROWS = rows_from(SPEC, 0)
 
 
 @pytest.fixture
-def store(tmp_path):
-    path = str(tmp_path / "s")
-    with sdm.Store.create(path, [SPEC]) as s:
-        s.write_table("t", rows_of(SPEC))
-    return path
+def store(make_store):
+    return str(make_store([SPEC], lambda spec: ROWS))
 
 
 class Session:
@@ -41,7 +36,7 @@ class Session:
         self.tier = MmapTier(self.db, directory)
         self.layout = Manifest.read(directory).tables[0]
         self.path = rowfile_path(directory, self.layout)
-        self.want = sdm.quantize_rows(rows_of(SPEC), SPEC.fmt)
+        self.want = sdm.quantize_rows(ROWS, SPEC.fmt)
 
     def read(self, ids, direct=False):
         ids = np.asarray(ids, dtype=np.int64)
@@ -112,7 +107,7 @@ def test_stale_file_is_rebuilt_without_a_damage_record(store):
     _, path = read_once(store)
     old = open(path, "rb").read()
     with sdm.Store.open(store) as s:
-        s.write_table("t", rows_of(SPEC))  # same rows, a new generation
+        s.write_table("t", ROWS)  # same rows, a new generation
     with open(path, "wb") as f:
         f.write(old)
     stats, _ = read_once(store)
@@ -173,7 +168,7 @@ def test_rebuild_from_damaged_lmdb_raises_and_is_recorded(store):
     damage(path, "data")
     data = os.path.join(store, "rows.lmdb", "data.mdb")
     raw = open(data, "rb").read()
-    at = raw.find(sdm.quantize_rows(rows_of(SPEC), SPEC.fmt)[0].tobytes())
+    at = raw.find(sdm.quantize_rows(ROWS, SPEC.fmt)[0].tobytes())
     assert at > 0
     with open(data, "r+b") as f:
         f.seek(at + 3)
@@ -194,7 +189,7 @@ def test_store_stats_show_the_damage_under_sdm_nand(store):
     damage(path, "data")
     with sdm.Store.open(store, config="sdm-nand") as s:
         np.testing.assert_array_equal(s.lookup("t", [7]), sdm.dequantize_rows(
-            sdm.quantize_rows(rows_of(SPEC)[[7]], SPEC.fmt), SPEC.fmt, SPEC.dim))
+            sdm.quantize_rows(ROWS[[7]], SPEC.fmt), SPEC.fmt, SPEC.dim))
         stats = s.stats()
     (mmap_row,) = [t for t in stats["tiers"] if t["kind"] == "mmap"]
     assert mmap_row["damage_events"] == 1 and mmap_row["damage"][0]["file"] == path
@@ -262,7 +257,7 @@ def test_direct_reads_use_the_mapped_file_even_after_another_process_rebuilt_its
     try:
         reader.read([0])  # maps the generation-1 file
         with sdm.Store.open(store, config="sdm-nand") as writer:  # publishes generation 2 and
-            writer.write_table("t", rows_of(SPEC, seed=1))         # rebuilds the file at the path
+            writer.write_table("t", rows_from(SPEC, 1))            # rebuilds the file at the path
             writer.lookup("t", [0])
         stats = reader.read([5, 1999], direct=True)  # generation-1 rows, checked against gen-1 CRCs
         assert stats["damage_events"] == 0 and stats["damage"] == []

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sdm
-from sdm import errors
+from helpers import rows_of
 
 FORMATS = sdm.ROW_FORMATS
 PRESETS = ("dram", "ssd")
@@ -18,11 +18,6 @@ SPECS = [
     sdm.TableSpec("t_int8", 1500, 64, "int8"),
     sdm.TableSpec("t_wide", 40, 1100, "fp32"),  # one row wider than an LMDB block
 ]
-
-
-def reference_rows(spec: sdm.TableSpec, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed + spec.num_rows)
-    return rng.standard_normal((spec.num_rows, spec.dim)).astype(np.float32)
 
 
 def decoded(spec, rows):
@@ -41,12 +36,8 @@ def pooled_reference(table, indices, offsets, mode="sum", weights=None):
 
 
 @pytest.fixture(scope="module")
-def store_path(tmp_path_factory):
-    path = tmp_path_factory.mktemp("stores") / "ref"
-    with sdm.Store.create(path, SPECS) as store:
-        for spec in SPECS:
-            store.write_table(spec.name, reference_rows(spec))
-    return path
+def store_path(make_store):
+    return make_store(SPECS)
 
 
 @pytest.fixture(scope="module", params=PRESETS)
@@ -73,7 +64,7 @@ def test_bags_equal_numpy_reference(store, spec, data):
     mode = data.draw(st.sampled_from(["sum", "mean"]))
     weighted = data.draw(st.booleans())
     weights = np.linspace(-1, 2, len(indices)).astype(np.float32) if weighted else None
-    table = decoded(spec, reference_rows(spec))
+    table = decoded(spec, rows_of(spec))
     got = store.embedding_bag(spec.name, indices, offsets, mode=mode, per_sample_weights=weights)
     want = pooled_reference(table, indices, offsets, mode, weights)
     assert got.shape == (len(offsets) - 1, spec.dim) and got.dtype == np.float32
@@ -86,7 +77,7 @@ def test_bags_equal_numpy_reference(store, spec, data):
 def test_lookup_equals_reference(store, spec, data):
     ids = np.array(data.draw(st.lists(st.integers(0, spec.num_rows - 1), max_size=60)), dtype=np.int64)
     got = store.lookup(spec.name, ids)
-    np.testing.assert_array_equal(got, decoded(spec, reference_rows(spec))[ids])
+    np.testing.assert_array_equal(got, decoded(spec, rows_of(spec))[ids])
 
 
 def test_embedding_bags_matches_single_table_calls(store):
@@ -126,7 +117,7 @@ def test_stats_count_lookups_and_tier_reads(store_path):
 
 def test_write_from_chunks_memmap_and_rewrite(tmp_path):
     spec = sdm.TableSpec("t", 1234, 12, "int8")
-    rows = reference_rows(spec)
+    rows = rows_of(spec)
     mm = np.lib.format.open_memmap(tmp_path / "rows.npy", mode="w+", dtype=np.float32, shape=rows.shape)
     mm[:] = rows
     mm.flush()

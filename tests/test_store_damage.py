@@ -14,22 +14,15 @@ import numpy as np
 import pytest
 
 import sdm
+from helpers import ramp_rows
 from sdm import errors
 
 SPECS = [sdm.TableSpec("a", 3000, 16, "fp32"), sdm.TableSpec("b", 2000, 32, "int8")]
 
 
-def rows_of(spec):
-    return (np.arange(spec.num_rows * spec.dim, dtype=np.float32) % 977).reshape(spec.num_rows, spec.dim)
-
-
 @pytest.fixture(scope="module")
-def pristine(tmp_path_factory):
-    path = tmp_path_factory.mktemp("damage") / "pristine"
-    with sdm.Store.create(path, SPECS) as store:
-        for spec in SPECS:
-            store.write_table(spec.name, rows_of(spec))
-    return path
+def pristine(make_store):
+    return make_store(SPECS, lambda spec: ramp_rows(spec, 977))
 
 
 @pytest.fixture

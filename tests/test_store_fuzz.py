@@ -33,6 +33,7 @@ import numpy as np
 import pytest
 
 import sdm
+from helpers import rows_from, write_store
 from sdm import errors
 
 SPECS = [sdm.TableSpec("f32", 1500, 16, "fp32"), sdm.TableSpec("f16", 1200, 24, "fp16"),
@@ -43,19 +44,16 @@ SLOW_TRIALS = 300  # per preset and seed
 SLOW_SEEDS = (DEFAULT_SEED + 1, DEFAULT_SEED + 2)
 
 
-def rows_of(spec):
-    rng = np.random.default_rng(spec.dim)
-    return rng.standard_normal((spec.num_rows, spec.dim)).astype(np.float32)
+def pristine_rows(spec):
+    return rows_from(spec, spec.dim)
 
 
 def reference(spec):
-    return sdm.dequantize_rows(sdm.quantize_rows(rows_of(spec), spec.fmt), spec.fmt, spec.dim)
+    return sdm.dequantize_rows(sdm.quantize_rows(pristine_rows(spec), spec.fmt), spec.fmt, spec.dim)
 
 
 def build_pristine(path) -> None:
-    with sdm.Store.create(path, SPECS) as store:
-        for spec in SPECS:
-            store.write_table(spec.name, rows_of(spec))
+    write_store(path, SPECS, pristine_rows)
     with sdm.Store.open(path, config="sdm-nand") as store:  # builds the SCM row files
         for spec in SPECS:
             store.lookup(spec.name, [0])

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import sdm
+from helpers import rows_from
 from sdm import errors
 from sdm.store.config import HIERARCHY_PRESETS, HierarchyConfig, TierConfig
 from sdm.store.placement import Placement
@@ -36,8 +37,9 @@ CONFIGS = {
 }
 
 
-def rows_of(spec, seed):
-    return np.random.default_rng([seed, spec.num_rows]).standard_normal((spec.num_rows, spec.dim)).astype(np.float32)
+def rows_at(spec, version):
+    """The rows of ``spec`` at ``version`` (0: as first written)."""
+    return rows_from(spec, [version, spec.num_rows])
 
 
 def decoded(spec, rows):
@@ -45,12 +47,8 @@ def decoded(spec, rows):
 
 
 @pytest.fixture
-def store_path(tmp_path):
-    path = tmp_path / "s"
-    with sdm.Store.create(path, SPECS) as store:
-        for spec in SPECS:
-            store.write_table(spec.name, rows_of(spec, 0))
-    return path
+def store_path(make_store):
+    return make_store(SPECS, lambda spec: rows_at(spec, 0))
 
 
 def every_row(store):
@@ -59,7 +57,7 @@ def every_row(store):
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_updates_are_served_from_the_next_batch_by_every_hierarchy(store_path, name):
-    model = {s.name: decoded(s, rows_of(s, 0)) for s in SPECS}
+    model = {s.name: decoded(s, rows_at(s, 0)) for s in SPECS}
     rng = np.random.default_rng(1)
     with sdm.Store.open(store_path, config=CONFIGS[name]) as store, \
             sdm.Store.open(store_path, config=CONFIGS[name]) as other:
@@ -102,7 +100,7 @@ def test_only_the_changed_rows_leave_the_cache(store_path):
 
 def test_many_updated_rows_rebuild_the_row_file(store_path):
     spec = SPECS[0]
-    model = decoded(spec, rows_of(spec, 0))
+    model = decoded(spec, rows_at(spec, 0))
     with sdm.Store.open(store_path, config="sdm-nand") as store:
         store.lookup("f32", np.arange(spec.num_rows))
         for k in range(4):  # 4 x 60 rows: past 5% of 3000 at the third
@@ -118,7 +116,7 @@ def test_many_updated_rows_rebuild_the_row_file(store_path):
 def test_publish_after_updates_clears_the_log(store_path):
     with sdm.Store.open(store_path, config="sdm-nand") as store:
         store.update_rows("i8", [1, 2], np.ones((2, 24), np.float32))
-        fresh = rows_of(SPECS[1], 9)
+        fresh = rows_at(SPECS[1], 9)
         store.write_table("i8", fresh)
         np.testing.assert_array_equal(store.lookup("i8", np.arange(2000)), decoded(SPECS[1], fresh))
         assert not [c for c in store._db.changes() if c[1] == 1]
@@ -141,7 +139,7 @@ def test_bad_updates_write_nothing(store_path):
             with pytest.raises(error, match=message):
                 store.update_rows(*args)
         assert store.stats()["version"] == version
-        np.testing.assert_array_equal(store.lookup("f32", np.arange(3000)), decoded(SPECS[0], rows_of(SPECS[0], 0)))
+        np.testing.assert_array_equal(store.lookup("f32", np.arange(3000)), decoded(SPECS[0], rows_at(SPECS[0], 0)))
     with sdm.Store.open(store_path, readonly=True) as store:
         with pytest.raises(errors.ReadOnlyError):
             store.update_rows("f32", [1], np.ones((1, 16)))
