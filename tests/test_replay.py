@@ -4,6 +4,7 @@ definitions, the DLRM path, outputs and errors."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +48,7 @@ def tiny_store(tmp_path_factory):
 
 
 def test_json_keys_and_types(tiny_store):
-    r = replay(TINY, "sdm-nand", store=tiny_store)
+    r = replay(TINY, "sdm-nand", store=tiny_store, checksum=True)
     data = json.loads(json.dumps(r.to_json()))
     assert isinstance(data["lookups"], int) and data["lookups"] == 4082
     assert isinstance(data["requests"], int) and data["requests"] == 8
@@ -63,7 +64,7 @@ def test_json_keys_and_types(tiny_store):
     assert isinstance(data["qps_at_sla"], float) and data["qps_at_sla"] > 0
     assert isinstance(data["cpu_us_per_request"], float) and data["cpu_us_per_request"] > 0
     assert data["tiers"][1]["utilization_at_sla"] > 0 and data["tiers"][1]["energy_j_per_request_at_sla"] > 0
-    assert isinstance(data["extra"], dict)
+    assert list(data["extra"]) == ["checksum"] and re.fullmatch(r"[0-9a-f]{64}", data["extra"]["checksum"])
 
 
 def test_counts_equal_the_stores_own(tiny_store):

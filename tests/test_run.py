@@ -1,14 +1,23 @@
-"""The main job (`sdm run`, what `make run` calls) and the ingest bench run at toy size."""
+"""The main job (`sdm run`, what `make run` calls): presets agree on the SHA-256 of their
+pooled bytes, which one float32 ulp of one row changes; and the ingest bench run at toy size."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
+import sdm
+import sdm.cli.run as cli_run
 from sdm.cli import main
 from sdm.replay.demo import DEFAULT_TRACE, run_demo
+from sdm.replay.live import build_store, replay, table_names
+from sdm.trace import load
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "traces" / "tiny-zipf.npz")
@@ -18,8 +27,8 @@ def test_demo_presets_agree_and_count_reads(tmp_path):
     runs = run_demo(("dram", "sdm-nand", "sdm-3dxp"), trace=TINY, dim=8, workdir=str(tmp_path))
     dram, nand, xp = runs
     assert dram.lookups == nand.lookups == xp.lookups > 0
-    sums = [r.extra["checksum"] for r in runs]
-    assert max(sums) - min(sums) < 1e-6 * max(1.0, abs(sums[0]))
+    digests = {r.extra["checksum"] for r in runs}
+    assert len(digests) == 1 and re.fullmatch(r"[0-9a-f]{64}", digests.pop())
     assert [t["name"] for t in dram.tiers] == ["dram"]
     assert [t["name"] for t in nand.tiers] == ["cache", "mmap"]
     assert nand.tiers[1]["device"] == "nand-p4500" and xp.tiers[1]["device"] == "optane-p4800x-512"
@@ -30,6 +39,33 @@ def test_demo_presets_agree_and_count_reads(tmp_path):
     assert all(r.qps_at_sla > 0 for r in runs)
 
 
+def test_the_digest_changes_with_one_ulp_of_one_pooled_value(tmp_path):
+    with load(TINY) as tr:
+        store = build_store(str(tmp_path / "s"), tr.table_sizes, dim=8, progress=False)
+        indices, offsets = tr[0].indices[0], tr[0].offsets[0]
+        # a bag of one id in the first measured request: its pooled value is the row itself,
+        # so one ulp of the row is one ulp of the output (in a longer bag the sum may round it away)
+        bag = int(np.flatnonzero(np.diff(offsets) == 1)[0])
+        row = int(indices[offsets[bag]])
+
+    def digest():
+        return replay(TINY, "dram", store=store, sla_us=None, checksum=True).extra["checksum"]
+
+    before = digest()
+    assert digest() == before  # deterministic
+    name = table_names(1)[0]
+    with sdm.Store.open(store) as s:
+        rows = s.lookup(name, [row])
+        nudged = rows.copy()
+        nudged[0, 3] = np.nextafter(rows[0, 3], np.float32(np.inf))
+        s.update_rows(name, [row], nudged)
+        ulps = np.abs(s.lookup(name, [row]).view(np.int32) - rows.view(np.int32))
+        assert ulps.tolist() == [[0, 0, 0, 1, 0, 0, 0, 0]]  # one ulp of one value
+        pooled = s.embedding_bag(name, indices, offsets)
+    assert pooled[bag].tolist() == nudged[0].tolist()
+    assert digest() != before
+
+
 def test_default_trace_is_bundled():
     assert DEFAULT_TRACE.is_file()
 
@@ -38,7 +74,8 @@ def test_cli_run_prints_a_table_and_writes_the_report(capsys, tmp_path):
     report = tmp_path / "report"
     assert main(["run", "--trace", TINY, "--dim", "8", "--batches", "2", "--report", str(report)]) == 0
     out = capsys.readouterr().out
-    assert "pooled results identical across presets: yes" in out
+    assert re.search(r"pooled results identical across presets: yes \(SHA-256 of the pooled bytes "
+                     r"[0-9a-f]{16}\.\.\.\)", out), out
     for preset in ("dram", "sdm-nand", "sdm-3dxp"):
         assert f"| {preset} |" in out
     assert "QPS at SLA" in out and "read amp." in out
@@ -53,7 +90,30 @@ def test_cli_run_json(capsys, tmp_path):
                  "--no-report"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["identical"] and data["runs"][0]["config"] == "dram" and "report" not in data
+    assert data["pooled_sha256"] == [data["runs"][0]["extra"]["checksum"]]
     assert not (tmp_path / "report").exists()
+
+
+def test_cli_run_says_no_when_one_digest_differs(capsys, monkeypatch):
+    """Identical only when every preset's digest is equal: one differing digest (what one ulp
+    of one pooled value gives, as above) makes ``sdm run`` say NO and exit 1."""
+    def demo(*args, **kwargs):
+        runs = run_demo(*args, **kwargs)
+        runs[-1].extra["checksum"] = hashlib.sha256(b"one ulp off").hexdigest()
+        return runs
+
+    monkeypatch.setattr(cli_run, "run_demo", demo)
+    assert main(["run", "--trace", TINY, "--dim", "8", "--batches", "1", "--presets", "dram", "sdm-nand",
+                 "--no-report"]) == 1
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("pooled results identical"))
+    assert re.fullmatch(r"pooled results identical across presets: NO \(SHA-256 of the pooled bytes: "
+                        r"dram [0-9a-f]{16}\.\.\., sdm-nand " + hashlib.sha256(b"one ulp off").hexdigest()[:16]
+                        + r"\.\.\.\)", line), line
+    assert main(["run", "--trace", TINY, "--dim", "8", "--batches", "1", "--presets", "dram", "sdm-nand",
+                 "--no-report", "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["identical"] is False and len(set(data["pooled_sha256"])) == 2
 
 
 def test_ingest_bench_smoke():

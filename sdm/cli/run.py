@@ -34,10 +34,11 @@ def _run(args) -> int:
 
     runs = run_demo(tuple(args.presets), trace=args.trace, dim=args.dim, sla_us=args.sla_us,
                     max_batches=args.batches, progress=sys.stderr.isatty())
-    same = len({round(r.extra["checksum"], 3) for r in runs}) == 1
+    digests = [r.extra["checksum"] for r in runs]  # SHA-256 of each run's pooled bytes
+    same = len(set(digests)) == 1
     report = None if args.no_report else write_report(None, runs, args.report)
     if args.json:
-        out = {"runs": [r.to_json() for r in runs], "identical": same}
+        out = {"runs": [r.to_json() for r in runs], "identical": same, "pooled_sha256": digests}
         if report is not None:
             out["report"] = report["files"]
         print(json.dumps(out, indent=1))
@@ -50,7 +51,12 @@ def _run(args) -> int:
     print("\nlookups/s: wall-clock replay speed (the first request of a fresh open also pays the store's "
           "setup: SCM row-file checks, cache slot first touches); latency and QPS: modeled device time "
           "per request (a request = one batch), QPS at SLA from a FCFS queue of Poisson arrivals.")
-    print(f"pooled results identical across presets: {'yes' if same else 'NO'}")
+    if same:
+        print(f"pooled results identical across presets: yes (SHA-256 of the pooled bytes "
+              f"{runs[0].extra['checksum'][:16]}...)")
+    else:
+        print("pooled results identical across presets: NO (SHA-256 of the pooled bytes: "
+              + ", ".join(f"{r.config} {d[:16]}..." for r, d in zip(runs, digests)) + ")")
     if report is not None:
         print(f"\nPower and cost (a model estimate from these replays and the shipped scenarios; "
               f"every input and its source in {os.path.join(args.report, 'report.md')}):\n")

@@ -40,7 +40,8 @@ def run_demo(presets=DEMO_PRESETS, *, trace=None, dim: int = DEFAULT_DIM, fmt: s
              progress: bool | None = None) -> list[ReplayResult]:
     """Replay ``trace`` (default: :func:`default_trace`) through each preset over one store
     built under ``workdir`` (a temp dir by default). Returns one
-    :class:`~sdm.replay.live.ReplayResult` per preset, each with ``extra["checksum"]``."""
+    :class:`~sdm.replay.live.ReplayResult` per preset, each with ``extra["checksum"]``: the
+    SHA-256 of its pooled bytes."""
     with tempfile.TemporaryDirectory(prefix="sdm-demo-", dir=workdir) as tmp:
         path = trace if trace is not None else default_trace(tmp)
         with load(path) as tr:

@@ -15,6 +15,7 @@ order, cover the trace's ids.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import os
 import shutil
@@ -288,9 +289,10 @@ def replay(trace, config="dram", *, store=None, model: str | None = None, dim: i
         warm: first serve one request through a throwaway open of the store, so one-time
             setup (SCM row files derived from LMDB, kernels loaded from the JIT cache, the
             page cache) is not timed; the measured open starts cold as configured.
-        checksum: record the float64 sum of every pooled value (or, with a model, every
-            probability) of the measured requests in ``extra["checksum"]``: equal across
-            hierarchies serving the same store.
+        checksum: record in ``extra["checksum"]`` the SHA-256 (hex) of the bytes of every
+            pooled ``(B, dim)`` array (tables in store order; with a model, every ``(B,)``
+            probability array) of the measured requests, in request order: equal across
+            hierarchies serving the same store exactly when their results are bit for bit equal.
 
     Raises:
         TraceNotFoundError, TraceFormatError: the trace. ConfigError: the config, the model
@@ -376,7 +378,8 @@ def _replay(tr, st: Store, config, model_name, request_size, warmup, max_batches
     step = max(1, total // _MAX_CURVE_POINTS)
     next_sample = step
     rng = np.random.default_rng([seed, 7])
-    probs = total_sum = 0.0
+    probs = 0.0
+    digest = hashlib.sha256() if checksum else None
     bar = tqdm(total=total, unit="lookup", unit_scale=True, desc=f"replay {config.name}",
                disable=(None if progress is None else not progress), leave=False)
     try:
@@ -406,8 +409,9 @@ def _replay(tr, st: Store, config, model_name, request_size, warmup, max_batches
                 continue
             if model is not None:
                 probs += float(p.sum(dtype=np.float64))
-            elif checksum:
-                total_sum += float(sum(v.sum(dtype=np.float64) for v in pooled.values()))
+            if digest is not None:
+                for out in ([p] if model is not None else [pooled[n] for n in names]):
+                    digest.update(np.ascontiguousarray(out).data)
             wall += t1 - t0
             walls.append(int((t1 - t0) * 1e9))
             service.append(m1 - m0)
@@ -445,7 +449,7 @@ def _replay(tr, st: Store, config, model_name, request_size, warmup, max_batches
     if model is not None:
         result.extra["mean_click_probability"] = probs / samples if samples else 0.0
     if checksum:
-        result.extra["checksum"] = probs if model is not None else total_sum
+        result.extra["checksum"] = digest.hexdigest()
     modeled = int(service_ns.sum())
     for t in tiers:
         t["utilization"] = t.get("modeled_ns", 0) / modeled if modeled else 0.0
