@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -19,6 +21,7 @@ from sdm.errors import (
     ConfigError, IdOutOfRangeError, InvalidArgumentError, InvalidOffsetsError, StoreExistsError,
 )
 from sdm.model import DLRM, PRESETS, ModelPreset, Profiler, load_npz, preprocess_dense, save_npz
+from sdm.model.profile import STAGES
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "fixtures", "dlrm_reference",
                        "small_dot.npz")
@@ -375,7 +378,51 @@ def test_profile_stages_and_overlap():
     assert "interaction" in prof.summary()
     y, times = m.forward_profiled(dense, sparse)
     np.testing.assert_array_equal(y, y_on)
-    assert times.as_dict()["overlap_s"] >= 0
+    d = times.as_dict()
+    assert d["serial_s"] == sum(d[stage] for stage in STAGES)
+    assert d["overlap_s"] == max(0.0, d["serial_s"] - d["wall_s"])
+
+
+def test_overlap_runs_a_slow_lookup_beside_a_slow_bottom_mlp():
+    """With overlap the lookups and the bottom MLP run at once: each stage first waits at a
+    rendezvous the other must also reach (so a serial forward cannot pass it), then sleeps.
+    The profile saw the time saved: more than nothing, and at most the shorter stage (two
+    intervals inside the wall time overlap by no more than the shorter one). No timing
+    threshold beyond that: the sleeps need no CPU, so a loaded machine only shrinks the gap."""
+    m = DLRM.random(small_arch(), seed=0)
+    m.table_parallel = False  # one lookup job, so a single rendezvous party
+    nap = 0.5
+    state = {"meet": threading.Barrier(2), "timeout": 30.0}
+
+    class Slow:
+        """``stage`` (an MLP or a bound method), called after the rendezvous and a nap."""
+
+        def __init__(self, stage):
+            self.stage = stage
+
+        def __getattr__(self, name):
+            return getattr(self.stage, name)
+
+        def __call__(self, *args):
+            state["meet"].wait(timeout=state["timeout"])
+            time.sleep(nap)
+            return self.stage(*args)
+
+    m.bottom, m.sparse.pool_into = Slow(m.bottom), Slow(m.sparse.pool_into)
+    dense, sparse = random_batch(np.random.default_rng(0), m, 64)
+    y_on, on = m.forward_profiled(dense, sparse, overlap=True)
+    assert on.overlapped and on.bottom_s >= nap and on.embeddings_s >= nap
+    assert 0.0 < on.overlap_s <= min(on.bottom_s, on.embeddings_s)
+    assert on.overlap_s == on.serial_s - on.wall_s  # not clamped: it really saved time
+    # serially the lookups reach the rendezvous alone
+    state["meet"], state["timeout"] = threading.Barrier(2), 0.2
+    with pytest.raises(threading.BrokenBarrierError):
+        m.forward(dense, sparse, overlap=False)
+    state["meet"] = threading.Barrier(1)
+    y_off, off = m.forward_profiled(dense, sparse, overlap=False)
+    np.testing.assert_array_equal(y_off, y_on)
+    assert off.overlap_s == 0.0 and off.wall_s >= off.serial_s >= 2 * nap
+    m.close()
 
 
 def test_lookup_worker_uses_callers_numba_threads():
