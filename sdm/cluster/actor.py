@@ -52,18 +52,13 @@ class ShardServer:
     def update(self, updates: dict) -> int:
         """Apply ``{table: (ids, rows)}`` with :meth:`sdm.Store.update_rows` (a worker holds
         one shard of a table, so one update is atomic here). Returns the store's version."""
-        version = self.store.stats()["version"]
-        for name, (ids, rows) in updates.items():
-            version = self.store.update_rows(name, ids, rows)
-        return version
+        return max(self.store.update_rows(name, ids, rows) for name, (ids, rows) in updates.items())
 
     @ray.method(max_task_retries=-1)
     def stats(self) -> dict:
         """The store's :meth:`sdm.Store.stats`, with ``worker``, ``path`` and ``restarted``
         (whether Ray restarted this actor since launch)."""
-        return {"worker": self.worker, "path": self.store.path,
-                "restarted": self.restarted,
-                **self.store.stats()}
+        return {"worker": self.worker, "path": self.store.path, "restarted": self.restarted, **self.store.stats()}
 
 
 ShardActor = ray.remote(ShardServer)

@@ -44,8 +44,10 @@ def check_plan(plan: Plan, tables) -> None:
     have = [t.spec for t in plan.tables]
     want = list(tables.values())
     if have != want:
-        raise PlanError(f"the plan's tables {[(s.name, s.num_rows, s.dim, s.fmt) for s in have]} are not "
-                        f"the store's {[(s.name, s.num_rows, s.dim, s.fmt) for s in want]}")
+        i = next((i for i, (a, b) in enumerate(zip(have, want)) if a != b), min(len(have), len(want)))
+        ours, theirs = (specs[i] if i < len(specs) else "nothing" for specs in (have, want))
+        raise PlanError(f"the plan's tables are not the store's ({len(have)} vs {len(want)} tables): "
+                        f"table {i} is {ours} in the plan, {theirs} in the store")
 
 
 def build(store, plan, out_dir, *, progress: bool | None = None) -> str:

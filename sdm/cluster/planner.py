@@ -52,9 +52,9 @@ __all__ = ["SHARDING_TYPES", "PLAN_FORMAT", "PLAN_VERSION", "RAY_CALL_US", "Work
 SHARDING_TYPES = ("table-wise", "row-wise", "table-row-wise", "column-wise")
 PLAN_FORMAT = "sdm-shard-plan"
 PLAN_VERSION = 1
-#: Round trip of one Ray actor call carrying a small batch, p50, measured by
-#: ``bench/bench_cluster.py`` (its "Ray call" line) on the 2-core EPYC dev VM, Ray 2.60.
-RAY_CALL_US = 1300.0
+#: Round trip of one Ray actor call carrying 1 KiB, p50, measured by ``bench/bench_cluster.py``
+#: (its "Ray call" line: 1,467 and 1,473 us in two runs) on the 2-core AMD EPYC dev VM, Ray 2.60.
+RAY_CALL_US = 1470.0
 _DEFAULT_BATCH = 512  # TorchRec's planner default
 _SPLIT_EPS = 0.05  # proposals stop splitting tables cheaper than this share of a worker's mean cost
 

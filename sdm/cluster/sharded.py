@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Mapping
 
 import numpy as np
@@ -108,26 +107,29 @@ class ShardedStore:
         start_timeout_s = _seconds(start_timeout_s, "start_timeout_s")
         if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < -1:
             raise sdm.errors.InvalidArgumentError(f"max_restarts must be an integer >= -1, got {max_restarts!r}")
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise sdm.errors.InvalidArgumentError(f"threads must be an integer >= 1, got {threads!r}")
+        for name, value in (("threads", threads), ("num_cpus", num_cpus)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise sdm.errors.InvalidArgumentError(f"{name} must be an integer >= 1, got {value!r}")
         with sdm.Store.open(store_path, config="ssd", readonly=True) as src:
             check_plan(plan, src.tables)
         owned_dir = shards is None
-        if owned_dir:
-            root = tempfile.mkdtemp(prefix="sdm-shards-")
-            shard_dir = build(store_path, plan, os.path.join(root, "shards"))
-        else:
-            shard_dir = os.path.abspath(os.fspath(shards))
+        shard_dir = (os.path.join(tempfile.mkdtemp(prefix="sdm-shards-"), "shards") if owned_dir
+                     else os.path.abspath(os.fspath(shards)))
+        try:
             if not os.path.exists(shard_dir):
                 build(store_path, plan, shard_dir)
             elif Plan.load(os.path.join(shard_dir, PLAN_FILE)).to_json() != plan.to_json():
                 raise PlanError(f"shard directory {shard_dir} was built for another plan")
-        owned_ray = not ray.is_initialized()
-        if owned_ray:
-            if address is None:
-                ray.init(num_cpus=num_cpus, include_dashboard=False)
-            else:
-                ray.init(address=address)
+            owned_ray = not ray.is_initialized()
+            if owned_ray:
+                if address is None:
+                    ray.init(num_cpus=num_cpus, include_dashboard=False)
+                else:
+                    ray.init(address=address)
+        except BaseException:
+            if owned_dir:
+                shutil.rmtree(os.path.dirname(shard_dir), ignore_errors=True)
+            raise
         from sdm.cluster.actor import ShardActor
 
         workers = sorted({s.worker for s in plan.shards})
@@ -338,18 +340,19 @@ class ShardedStore:
 
     @staticmethod
     def _cut_rows(table, routes, unique, work) -> list:
-        """Split sorted distinct ids over the shards; add each shard's local ids to
-        ``work[worker][key]``. Returns ``(key, worker, count)`` per shard, in id order."""
-        parts = []
+        """Ask every shard holding some of the sorted distinct ids ``unique`` for them (in
+        its own numbering): ``work[worker][key] = ids``. Returns ``(key, worker)`` of the
+        shards asked, in id order (every shard, with all ids, for column blocks)."""
         if table.sharding not in _BY_ROWS:
             for key, s in routes:
                 work.setdefault(s.worker, {})[key] = unique
-            return [(key, s.worker, len(unique)) for key, s in routes]
+            return [(key, s.worker) for key, s in routes]
+        parts = []
         cuts = np.searchsorted(unique, [s.rows[0] for _, s in routes] + [table.spec.num_rows])
         for (key, s), lo, hi in zip(routes, cuts, cuts[1:]):
             if hi > lo:
                 work.setdefault(s.worker, {})[key] = unique[lo:hi] - s.rows[0]
-                parts.append((key, s.worker, hi - lo))
+                parts.append((key, s.worker))
         return parts
 
     @staticmethod
@@ -357,7 +360,7 @@ class ShardedStore:
         """The raw rows of every part, concatenated in id order: ``(n, row_bytes) uint8``."""
         if not parts:
             return np.empty((0, spec.row_bytes), dtype=np.uint8)
-        return np.concatenate([answers[w][1][key] for key, w, _ in parts])
+        return np.concatenate([answers[w][1][key] for key, w in parts])
 
     def _call(self, calls: dict, timeout_s) -> dict:
         """Run ``{worker: (method, args)}`` on the actors at once; ``{worker: result}`` once
@@ -398,15 +401,19 @@ def _typed(raw: np.ndarray, fmt: str) -> np.ndarray:
 
 
 def _sum_tiers(per_shard: list) -> list:
-    """Per tier position, the shards' numbers summed (other fields from the first shard)."""
+    """Per tier position (fast to slow): the shards' counters summed, read amplification
+    recomputed from the sums; names and settings (``queue_depth``) from the first shard."""
     out = []
     for tiers in zip(*per_shard):
         merged = {}
         for key, value in tiers[0].items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "queue_depth":
                 merged[key] = sum(t.get(key, 0) for t in tiers)
-            elif isinstance(value, str):
+            elif not isinstance(value, (list, dict)):  # lists (damage) stay in each shard's stats
                 merged[key] = value
+        if "read_amplification" in merged:
+            useful = merged.get("useful_bytes", 0)
+            merged["read_amplification"] = merged.get("bytes_read", 0) / useful if useful else 0.0
         out.append(merged)
     return out
 
