@@ -50,11 +50,9 @@ def register(sub) -> None:
     b.set_defaults(func=_build)
 
 
-def _bytes(text, flag: str) -> int | None:
+def _bytes(text: str, flag: str) -> int:
     from sdm.cli.place import parse_bytes
 
-    if text is None:
-        return None
     try:
         return parse_bytes(text)
     except ConfigError:
@@ -72,10 +70,8 @@ def _plan(args) -> int:
         if not sep:
             raise ConfigError(f"--sharding takes TABLE=TYPE, got {item!r}")
         sharding[name] = kind
-    worker = WorkerSpec(**{k: v for k, v in (("dram_bytes", _bytes(args.dram_bytes, "--dram-bytes")),
-                                             ("scm_bytes", _bytes(args.scm_bytes, "--scm-bytes")),
-                                             ("disk_bytes", _bytes(args.disk_bytes, "--disk-bytes")))
-                           if v is not None})
+    sizes = {"dram_bytes": args.dram_bytes, "scm_bytes": args.scm_bytes, "disk_bytes": args.disk_bytes}
+    worker = WorkerSpec(**{k: _bytes(v, "--" + k.replace("_", "-")) for k, v in sizes.items() if v is not None})
     trace = args.trace
     if os.path.isdir(args.source):
         tables = args.source
