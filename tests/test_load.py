@@ -64,3 +64,16 @@ def test_latency_counts_from_the_schedule_not_from_pickup():
 def test_bad_arguments_are_typed_errors(kwargs, words):
     with pytest.raises(InvalidArgumentError, match=words):
         load_test(TINY, "sdm-nand", **kwargs)
+
+
+def test_search_finds_the_qps_at_the_sla():
+    """Modeled, so deterministic: the QPS found holds the SLA, twice the rate does not."""
+    from sdm.store.config import with_options
+
+    config = with_options("sdm-nand", cache_bytes=512)
+    r = load_test(TINY, config, rates=[50], search=True, sla_us=5000, duration_s=0.5,
+                  io_mode="modeled")
+    assert r.qps_at_sla is not None and r.qps_at_sla > 0
+    held = [p for p in r.points if p.latency_us["p99"] <= 5000]
+    broke = [p for p in r.points if p.latency_us["p99"] > 5000]
+    assert held and broke and max(p.offered_qps for p in held) < min(p.offered_qps for p in broke) * 1.01

@@ -390,34 +390,27 @@ def _hit_rate(before: dict, after: dict) -> float | None:
 def _search(runner, points, rates, sla_us, duration_s, show) -> float | None:
     """The highest achieved rate whose p99 is within the SLA: double until it breaks, then
     bisect between the last rate that held and the first that did not."""
-    def p99(point):
-        return point.latency_us["p99"]
-
-    within = [p for p in points if p99(p) <= sla_us]
-    rate = max(rates) if rates else 100.0
+    within = [p for p in points if p.latency_us["p99"] <= sla_us]
     lo = max((p.offered_qps for p in within), default=0.0)
-    hi = min((p.offered_qps for p in points if p99(p) > sla_us), default=math.inf)
+    hi = min((p.offered_qps for p in points if p.latency_us["p99"] > sla_us), default=math.inf)
     bar = tqdm(desc="sdm load: search", unit="rate", disable=not show)
+
+    def probe(rate: float) -> bool:
+        point = runner.run(rate, duration_s)
+        points.append(point)
+        bar.update()
+        held = point.latency_us["p99"] <= sla_us
+        if held:
+            within.append(point)
+        return held
+
+    rate = max(rates) if rates else 100.0
     while hi == math.inf and rate < 1e7:
         rate = max(rate * 2, lo * 2, 1.0)
-        point = runner.run(rate, duration_s)
-        points.append(point)
-        bar.update()
-        if p99(point) <= sla_us:
-            lo = rate
-            within.append(point)
-        else:
-            hi = rate
+        lo, hi = (rate, hi) if probe(rate) else (lo, rate)
     for _ in range(_SEARCH_STEPS if hi < math.inf else 0):
         rate = (lo + hi) / 2 if lo > 0 else hi / 2
-        point = runner.run(rate, duration_s)
-        points.append(point)
-        bar.update()
-        if p99(point) <= sla_us:
-            lo = rate
-            within.append(point)
-        else:
-            hi = rate
+        lo, hi = (rate, hi) if probe(rate) else (lo, rate)
     bar.close()
     return max((p.achieved_qps for p in within), default=None)
 
