@@ -144,7 +144,8 @@ def check(argv, words, kind, capsys, out_dir):
         want = 1 if kind == "os" else 2
         assert code == want, f"exit {code}, want {want}: {line!r}"
     if kind != "usage":  # argparse names the parser that refused (``sdm``, ``sdm trace gen``)
-        prefix = "sdm " + " ".join(argv[:2] if argv[0] == "trace" else argv[:1])
+        with_sub = argv[0] in ("trace", "shard") or argv[1:2] == ["calibrate"]
+        prefix = "sdm " + " ".join(argv[:2] if with_sub else argv[:1])
         assert line.startswith(prefix + ": error: "), f"{line!r} does not start with {prefix!r}: error:"
     for word in words:
         assert word in line, f"{word!r} not in {line!r}"
@@ -177,7 +178,12 @@ TOP = cases(
     ("unknown-command", ["bogus"], ["invalid choice", "'bogus'"], USAGE),
     ("unknown-top-option", ["--bogus"], ["unrecognized arguments", "--bogus"], USAGE),
     ("devices-unknown-option", ["devices", "--bogus"], ["unrecognized arguments", "--bogus"], USAGE),
-    ("devices-extra-arg", ["devices", "nand"], ["unrecognized arguments", "nand"], USAGE),
+    ("devices-extra-arg", ["devices", "nand"], ["invalid choice", "'nand'"], USAGE),
+    ("calibrate-missing-path", ["devices", "calibrate", "{dir}/missing"], ["neither a directory nor a file"]),
+    ("calibrate-small-file", ["devices", "calibrate", "{regular}"], ["calibrating needs at least"]),
+    ("calibrate-seconds-zero", ["devices", "calibrate", "{dir}", "--seconds", "0"], ["seconds", "0"]),
+    ("calibrate-out-under-file", ["devices", "calibrate", "{dir}", "-o", "{under_file}/d.toml"],
+     ["output directory"]),
 )
 
 # -- trace gen -----------------------------------------------------------------------------
@@ -527,7 +533,34 @@ RUN = cases(
                                "{under_file}"], ["output directory", "Not a directory"]),
 )
 
-ALL = TOP + GEN + IMPORT + STATS + REPLAY + SWEEP + PLACE + REPORT + RUN
+# -- load -----------------------------------------------------------------------------------
+
+LD = ["load", "{trace}", "--duration", "0.2", "--workers", "1"]
+LOAD = cases(
+    ("load-no-rate", LD, ["at least one rate"]),
+    ("load-rate-zero", LD + ["--rate", "0"], ["rate", "0"]),
+    ("load-rate-negative", LD + ["--rate", "-5"], ["rate", "-5"]),
+    ("load-rate-text", LD + ["--rate", "x"], ["--rate", "'x'"], USAGE),
+    ("load-workers-zero", ["load", "{trace}", "--rate", "10", "--workers", "0"], ["workers", "0"]),
+    ("load-duration-zero", ["load", "{trace}", "--rate", "10", "--duration", "0"], ["duration_s", "0"]),
+    ("load-duration-nan", ["load", "{trace}", "--rate", "10", "--duration", "nan"], ["duration_s", "nan"]),
+    ("load-sla-negative", LD + ["--rate", "10", "--sla-us", "-1"], ["SLA", "-1.0"]),
+    ("load-config-unknown", LD + ["--rate", "10", "--config", "bogus"], ["'bogus'"]),
+    ("load-trace-missing", ["load", "{dir}/missing.npz", "--rate", "10"], ["no trace", "missing.npz"]),
+    ("load-json-under-file", LD + ["--rate", "10", "--json", "{under_file}/x.json"], ["output directory"]),
+)
+
+# -- shard (the full corpus of sdm shard is tests/test_cluster_build.py) -----------------------
+
+SHARD = cases(
+    ("shard-no-subcommand", ["shard"], ["subcommand is needed"], USAGE),
+    ("shard-workers-zero", ["shard", "plan", "{store}", "--workers", "0", "-o", "{out}/p.json"],
+     ["num_workers", "0"]),
+    ("shard-build-missing-plan", ["shard", "build", "{store}", "{dir}/missing.json", "-o", "{out}/s"],
+     ["missing.json"]),
+)
+
+ALL = TOP + GEN + IMPORT + STATS + REPLAY + SWEEP + PLACE + REPORT + RUN + LOAD + SHARD
 
 
 @pytest.mark.parametrize("argv, words, kind", ALL)
