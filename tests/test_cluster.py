@@ -15,7 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-ray = pytest.importorskip("ray")
+import peers  # noqa: E402
+
+ray = peers.require("ray")  # an optional extra (sdm[cluster]); CI's peer phase installs it
+pytestmark = pytest.mark.peers
 
 import sdm  # noqa: E402
 from sdm.cluster import Plan, PlanError, ShardedStore, ShardUnavailableError, build, plan  # noqa: E402
