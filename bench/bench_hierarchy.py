@@ -203,9 +203,9 @@ def section_all_hit(path, batches, arrays, reps, policy="lru") -> list[str]:
             for name, (ids, offsets) in b.items():
                 layout = store._manifest.table(name)
                 u, inv = unique_inverse(ids)
-                with cache._lock:
-                    ptr, is_miss = cache._serve(layout, u)
-                plans.append((cache._view(layout), ptr[inv], offsets))
+                batch = cache._serve(layout, u)  # all hits: plans and pins, reads nothing
+                cache._end(batch)  # unpinned; nothing else runs here, so no slot moves
+                plans.append((cache._view(layout, batch.slots), batch.ptr[inv], offsets))
 
         def live():
             for b in batches:
@@ -231,8 +231,9 @@ def section_all_hit(path, batches, arrays, reps, policy="lru") -> list[str]:
 
         def probe_only():  # the policy's per-batch work on every distinct row, all hits
             for layout, u in distinct:
-                with cache._lock:
-                    cache._probe(layout, u)
+                with cache._cond:
+                    batch = cache._begin(layout, u)  # the locked probe: plan and pin
+                cache._end(batch)
 
         contenders = {"live store": live, "raw embedding_bag": raw, "data plane alone": data_plane,
                       "  of which: dedup": dedup_only, "  of which: policy probe": probe_only}
