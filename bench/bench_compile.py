@@ -17,6 +17,7 @@ used nor disturbed):
 Run::
 
     .venv/bin/python bench/bench_compile.py [--check-stale]
+    .venv/bin/python bench/bench_compile.py --quick    # the cold and one warm run only
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from machine import commit, cpu_line  # bench/machine.py
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
@@ -141,12 +144,15 @@ def check_stale(tmp: str) -> bool:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check-stale", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="the cold and one warm run only")
     args = ap.parse_args(argv)
+    print(f"# bench_compile: {cpu_line()}, commit {commit()}")
     with tempfile.TemporaryDirectory() as tmp:
         cache = os.path.join(tmp, "cache")
         report("cold cache (compile)", run_child(cache, ROOT))
         report("warm cache (load)", run_child(cache, ROOT))
-        report("warm cache again", run_child(cache, ROOT))
+        if not args.quick:
+            report("warm cache again", run_child(cache, ROOT))
         if args.check_stale and not check_stale(tmp):
             return 1
     return 0

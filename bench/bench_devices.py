@@ -40,6 +40,7 @@ from sdm.tiers.manifest import Manifest
 from sdm.tiers import Metered, MmapTier
 from sdm.tiers.lmdb import RowDB
 from sdm.tiers.rowfile import rowfile_path
+from machine import cpu_line  # noqa: E402 (bench/machine.py)
 
 QDS = (1, 4, 16, 64)
 ROW_BYTES = 64  # int8 rows of dim 56: divides every device block, so no row straddles
@@ -168,13 +169,7 @@ def direct_points(db, directory, layout, reads_per_qd: int, seed: int) -> dict:
 
 
 def machine() -> str:
-    cpu = platform.processor() or "unknown cpu"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{platform.system()} {platform.release()}, {cpu}, {os.cpu_count()} cores"
+    return f"{platform.system()} {platform.release()}, {cpu_line()}"
 
 
 def commit() -> str:

@@ -54,6 +54,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from sdm.model import DLRM, ModelPreset, Profiler  # noqa: E402
+from machine import cpu_line  # noqa: E402 (bench/machine.py)
 
 try:
     import torch
@@ -225,11 +226,10 @@ def machine() -> str:
             return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=10).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             return "?"
-    cpu = sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2").strip() or platform.processor()
     commit = sh(f"git -C {os.path.dirname(os.path.abspath(__file__))} rev-parse --short HEAD")
     blas = "OpenBLAS (numpy wheel)" if _openblas() else "numpy BLAS"
     tv = torch.__version__ if torch is not None else "absent"
-    return (f"{cpu}, {os.cpu_count()} cores; Python {platform.python_version()}, numpy {np.__version__} "
+    return (f"{cpu_line()}; Python {platform.python_version()}, numpy {np.__version__} "
             f"({blas}), numba {numba.__version__} ({numba.threading_layer()}), torch {tv}; commit {commit}")
 
 

@@ -44,6 +44,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import sdm  # noqa: E402
+from machine import cpu_line  # noqa: E402 (bench/machine.py)
 from sdm.kernels.dedup import unique_inverse  # noqa: E402
 from sdm.kernels.pooling import pool  # noqa: E402
 
@@ -154,7 +155,7 @@ def machine() -> str:
         except OSError:
             return "?"
     commit = sh("git -C %s rev-parse --short HEAD" % os.path.dirname(os.path.abspath(__file__)))
-    return (f"{sh('uname -a')}\nnproc {sh('nproc')}; {platform.python_version()}; numba {numba.__version__}; "
+    return (f"{cpu_line()}\n{sh('uname -a')}\nnproc {sh('nproc')}; {platform.python_version()}; numba {numba.__version__}; "
             f"numpy {np.__version__}; torch {torch.__version__ if torch else 'absent'}; "
             f"threading layer {numba.threading_layer()}; commit {commit}\n"
             + sh("lscpu | grep -E 'Model name|L2 cache|L3 cache'"))

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -44,6 +43,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import sdm  # noqa: E402
+from machine import cpu_line  # noqa: E402 (bench/machine.py)
 from sdm.store.config import HierarchyConfig, TierConfig, with_options  # noqa: E402
 from sdm.kernels.dedup import unique_inverse  # noqa: E402
 from sdm.replay.planner import plan  # noqa: E402
@@ -282,8 +282,7 @@ def main(argv=None) -> int:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
     print(f"# bench_hierarchy: {args.tables} x {args.rows:,} x {DIM} fp32 ({table_bytes / 2**30:.2f} GiB), "
-          f"{args.batches} batches of 256 samples ({args.warm} warm), {os.cpu_count()} cores, "
-          f"{platform.processor() or platform.machine()}, commit {commit}\n")
+          f"{args.batches} batches of 256 samples ({args.warm} warm), {cpu_line()}, commit {commit}\n")
     skip = set(args.skip.split(","))
     out = []
     if "presets" not in skip:

@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 import sdm
+from machine import cpu_line, cpu_model  # bench/machine.py
 
 
 def _status_kb(field: str) -> int:
@@ -78,6 +79,7 @@ def main(argv=None) -> int:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
     result["commit"] = commit
+    result["cpu"] = cpu_model()
     if args.json:
         print(json.dumps(result))
     else:
@@ -85,7 +87,7 @@ def main(argv=None) -> int:
               f"({result['input_bytes'] / 2**30:.2f} GiB of float32 input) in {result['seconds']:.2f} s: "
               f"{result['rows_per_s']:,} rows/s, {result['input_mb_per_s']} MB/s; "
               f"peak RSS rise {result['peak_rss_rise_mb']} MB; store file {result['store_bytes'] / 2**30:.2f} GiB "
-              f"(commit {commit})")
+              f"({cpu_line()}, commit {commit})")
     return 0
 
 

@@ -11,14 +11,14 @@ pages are checked on first touch.
    same rows from the mapping.
 
 Run: ``python bench/bench_open.py [--rows 1000000] [--reps 5]`` (builds a store under
-``--dir`` once). Figures are medians of ``--reps`` runs; record them in bench/RESULTS.md.
+``--dir`` once); ``--quick`` is 20,000 rows and one rep (the smoke test). Figures are medians
+of ``--reps`` runs; record them in bench/RESULTS.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import platform
 import subprocess
 import time
 
@@ -30,6 +30,7 @@ from sdm.tiers.manifest import Manifest
 from sdm.tiers import MmapTier
 from sdm.tiers.lmdb import RowDB
 from sdm.tiers.lmdb_check import check_tree
+from machine import cpu_line  # bench/machine.py
 
 DIM = 64
 
@@ -58,7 +59,10 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--dir", default="/tmp/sdm-bench-open")
+    ap.add_argument("--quick", action="store_true", help="toy size smoke test: 20,000 rows, 1 rep")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.rows, args.reps = 20_000, 1
     os.makedirs(args.dir, exist_ok=True)
     path = os.path.join(args.dir, f"t-{args.rows}")
     build(path, args.rows)
@@ -69,7 +73,7 @@ def main(argv=None) -> int:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
     print(f"# bench_open: 1 table x {args.rows:,} x {DIM} fp32, LMDB {os.path.getsize(data) / 2**20:.0f} MiB, "
-          f"{os.cpu_count()} cores, {platform.processor() or platform.machine()}, commit {commit}\n")
+          f"{cpu_line()}, commit {commit}\n")
 
     tree = median_ms(lambda: check_tree(data, psize, txnid), args.reps)
     spread = np.arange(0, args.rows, max(1, args.rows // 1000))

@@ -29,6 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import sdm  # noqa: E402
 from sdm.policies import next_use  # noqa: E402
 from sdm.kernels.policies import NEVER  # noqa: E402
+from machine import commit, cpu_line  # noqa: E402 (bench/machine.py)
 
 LCS_NAMES = {"lru": "LRU", "fifo": "FIFO", "clock": "Clock", "sieve": "Sieve",
              "s3fifo": "S3FIFO", "lfu": "LFU", "arc": "ARC", "random": "Random",
@@ -150,7 +151,8 @@ def main(argv=None):
     policies = tuple(p.strip() for p in args.policies.split(",") if p.strip())
     rows, belady = run(args.requests, args.keys, args.alpha, capacity, policies, args.repeats)
     header = (f"Zipf alpha {args.alpha}, {args.keys} distinct keys, {args.requests} requests, "
-              f"capacity {capacity} slots, median of {args.repeats} interleaved runs")
+              f"capacity {capacity} slots, median of {args.repeats} interleaved runs; "
+              f"{cpu_line()}, commit {commit()}")
     print(render(rows, belady, header, args.markdown))
     return rows
 

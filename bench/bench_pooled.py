@@ -43,6 +43,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import sdm  # noqa: E402
+from machine import cpu_line  # noqa: E402 (bench/machine.py)
 from sdm.store.pooled import PooledCache  # noqa: E402
 
 
@@ -117,7 +118,7 @@ def machine() -> str:
     commit = sh("git -C %s rev-parse --short HEAD" % os.path.dirname(os.path.abspath(__file__)))
     return (f"nproc {sh('nproc')}; Python {platform.python_version()}; numba {numba.__version__}; "
             f"numpy {np.__version__}; threads {numba.get_num_threads()}; commit {commit}; "
-            f"load {os.getloadavg()[0]:.1f}\n" + sh("lscpu | grep -E 'Model name'"))
+            f"load {os.getloadavg()[0]:.1f}\n" + cpu_line())
 
 
 def main(argv=None) -> int:

@@ -39,6 +39,7 @@ sys.path.insert(0, ROOT)
 from sdm.replay.live import build_store, replay  # noqa: E402
 from sdm.replay.sweep import sweep  # noqa: E402
 from sdm.trace import load  # noqa: E402
+from machine import cpu_line  # noqa: E402 (bench/machine.py)
 
 DEFAULT_PRESETS = ("dram", "sdm-nand", "sdm-3dxp")
 DEFAULT_POLICIES = ("lru", "fifo", "clock", "sieve", "s3fifo", "lfu", "arc")
@@ -51,7 +52,7 @@ def machine() -> str:
                                 text=True, timeout=10).stdout.strip() or "?"
     except OSError:
         commit = "?"
-    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, commit {commit}"
+    return f"{cpu_line()}, Python {platform.python_version()}, commit {commit}"
 
 
 def bench_replay(trace, presets, dim, repeats, workdir):

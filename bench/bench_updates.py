@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import sdm  # noqa: E402
+from machine import cpu_line  # noqa: E402 (bench/machine.py)
 
 DIM = 64
 
@@ -123,8 +123,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="sdm-bench-updates-") as tmp:
         path = os.path.join(tmp, "s")
         build(path, args.tables, args.rows)
-        print(f"# bench_updates: {args.tables} x {args.rows:,} x {DIM} fp32, {os.cpu_count()} cores, "
-              f"{platform.machine()}, commit {commit}\n")
+        print(f"# bench_updates: {args.tables} x {args.rows:,} x {DIM} fp32, {cpu_line()}, commit {commit}\n")
         # readers first, on a store no update has touched yet
         lines = ["## Reader latency (wall µs per embedding_bags call, sdm-nand, separate process)", "",
                  "| writer | reader batches | p50 µs | p99 µs | mean µs | updates applied | versions seen |",

@@ -1,10 +1,16 @@
-"""Helpers shared by the tests: deterministic table rows and a store with every table written.
+"""Helpers shared by the tests: deterministic table rows, a store with every table written, and
+the CPU-model line every bench prints.
 
 pytest puts ``tests/`` on ``sys.path``, and so does running a test module as a script
 (``python tests/test_store_fuzz.py ...``), so tests import these as ``from helpers import ...``.
 """
 
 from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
 
 import numpy as np
 
@@ -46,3 +52,25 @@ def write_store(path, specs, rows=rows_of, **create):
         for spec in specs:
             store.write_table(spec.name, rows(spec))
     return path
+
+
+def assert_prints_cpu(out: str) -> None:
+    """``out`` (a bench's output) has a ``cpu: <model>`` line (any case) naming this machine's
+    CPU as :func:`sdm.load.run.cpu_model` reads it."""
+    from sdm.load.run import cpu_model
+
+    found = re.findall(r"^.*\bcpu: (.+)$", out, flags=re.M | re.I)
+    assert found, f"no 'cpu: <model>' line in:\n{out[-2000:]}"
+    assert any(line.startswith(cpu_model()) for line in found), f"cpu line {found} does not name {cpu_model()!r}"
+
+
+BENCH = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+
+
+def run_bench(name: str, *args: str, timeout: float = 600) -> str:
+    """Run ``bench/<name>.py *args`` in a subprocess (killed after ``timeout`` seconds);
+    assert it exits 0; return its stdout."""
+    proc = subprocess.run([sys.executable, os.path.join(BENCH, f"{name}.py"), *args],
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{name} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    return proc.stdout

@@ -9,11 +9,12 @@ import sys
 
 import pytest
 
-BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench")
+from helpers import BENCH, assert_prints_cpu
 
 
 def test_bench_gather_quick(capsys, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["bench_gather.py", "--quick", "--reps", "2"])
+    monkeypatch.syspath_prepend(BENCH)  # as running the script would (bench/machine.py)
     with pytest.raises(SystemExit) as done:
         runpy.run_path(os.path.join(BENCH, "bench_gather.py"), run_name="__main__")
     assert done.value.code == 0
@@ -21,6 +22,7 @@ def test_bench_gather_quick(capsys, monkeypatch):
     for name in ("sdm-fp32", "sdm-fp16", "sdm-int8", "numpy"):
         assert f"| {name} |" in out
     assert "commit" in out
+    assert_prints_cpu(out)
 
 
 @pytest.mark.slow
@@ -29,3 +31,4 @@ def test_bench_compile_and_stale_check():
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "OK, edit picked up" in proc.stdout
+    assert_prints_cpu(proc.stdout)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers import assert_prints_cpu
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -17,6 +19,7 @@ def test_bench_devices_smoke(tmp_path):
         capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
+    assert_prints_cpu(report["machine"])
     assert report["targets"]["modeled = formula"] is True
     devices = {p["device"] for p in report["model"]}
     assert {"nand-p4500", "optane-p4800x-512", "dram"} <= devices

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+from helpers import assert_prints_cpu
+
 BENCH = os.path.join(os.path.dirname(__file__), "..", "bench", "bench_dlrm.py")
 
 
@@ -23,3 +25,4 @@ def test_bench_dlrm_quick():
         assert v["median_s"] > 0 and v["samples_per_s"] > 0
         assert set(v["stages"]) == {"bottom_s", "embeddings_s", "interaction_s", "top_s"}
     assert "commit" in out["machine"]
+    assert_prints_cpu(out["machine"])

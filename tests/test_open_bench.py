@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import assert_prints_cpu, run_bench
 
 
-def test_bench_open_smoke(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_open.py"), "--rows", "20000",
-                           "--reps", "1", "--dir", str(tmp_path)], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
+def test_bench_open_quick(tmp_path):
+    out = run_bench("bench_open", "--quick", "--dir", str(tmp_path), timeout=300)
+    assert_prints_cpu(out)
+    assert "1 table x 20,000 x 64 fp32" in out
     for measure in ("LMDB tree check", "open + first lookup", "pages unchecked", "every page checked"):
-        assert measure in proc.stdout
+        assert measure in out

@@ -7,6 +7,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 import bench_replay  # noqa: E402
+from helpers import assert_prints_cpu  # noqa: E402
 
 
 def test_bench_replay_quick(capsys):
@@ -15,4 +16,6 @@ def test_bench_replay_quick(capsys):
     assert all(row[1] > 0 for row in out["replay"])
     s, rates = out["sweep_2"]
     assert len(s.points) == 3 * 2 and (rates > 0).all()
-    assert "serving lookups/s" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "serving lookups/s" in out
+    assert_prints_cpu(out)

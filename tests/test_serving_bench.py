@@ -1,0 +1,16 @@
+"""Smoke test: bench/bench_serving.py runs at toy size (so it cannot rot): both worker counts
+served every request, and the CPU model is printed."""
+
+from __future__ import annotations
+
+import re
+
+from helpers import assert_prints_cpu, run_bench
+
+
+def test_bench_serving_quick():
+    out = run_bench("bench_serving", "--quick", timeout=600)
+    assert_prints_cpu(out)
+    rows = re.findall(r"^\| (\d+) \| ([\d,]+) \| ([\d.]+)x \|", out, flags=re.M)
+    assert [int(w) for w, _, _ in rows] == [1, 4], out
+    assert all(int(qps.replace(",", "")) > 0 for _, qps, _ in rows) and rows[0][2] == "1.00"
