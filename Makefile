@@ -26,5 +26,10 @@ test: $(VENV)/.installed-dev
 test-slow: $(VENV)/.installed-dev
 	$(PY) -m pytest -q
 
+# Every bench at toy size (each takes --quick), one after another; stops at the first failure.
+# Full-size runs, whose figures go in bench/RESULTS.md, are one bench at a time without it.
+bench: $(VENV)/.installed
+	@for b in bench/bench_*.py; do echo "== $$b --quick"; $(PY) $$b --quick || exit 1; done
+
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
