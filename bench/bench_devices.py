@@ -227,7 +227,9 @@ def main(argv=None) -> int:
         model = model_points(db, path, layout, batches, args.seed)
         direct = direct_points(db, path, layout, direct_reads, args.seed + 1)
         db.close()
-    exact = all(p["modeled_latency_us"] == pytest_round(p["formula_latency_us"])
+    # one wave per batch: the device queue charges a lone batch max(L, qd / IOPS) exactly; the
+    # stats round the summed float charges once, so allow a nanosecond
+    exact = all(abs(p["modeled_latency_us"] - p["formula_latency_us"]) <= 1e-3
                 and abs(p["modeled_iops"] / p["formula_iops"] - 1) < 1e-3 for p in model)
     paced = all(abs(p["paced_error"]) <= 0.10 for p in model if p["modeled_latency_us"] >= 20)
     report = {
@@ -239,11 +241,6 @@ def main(argv=None) -> int:
     }
     print(json.dumps(report, indent=1) if args.json else render(report))
     return 0 if exact else 1
-
-
-def pytest_round(latency_us: float) -> float:
-    """The formula latency as the model charges it: whole nanoseconds."""
-    return round(latency_us * 1e3) / 1e3
 
 
 if __name__ == "__main__":
