@@ -22,9 +22,11 @@ and about ``k x spacing`` once the device is throughput-bound: the static form
 
 from __future__ import annotations
 
+import numpy as np
+
 from sdm.kernels.jit import jit
 
-__all__ = ["queue_reads"]
+__all__ = ["queue_reads", "lone_batches"]
 
 
 @jit
@@ -42,15 +44,17 @@ def queue_reads(work, issue_ns, reads, queue_depth, latency_ns, spacing_ns, lane
             complete (over time, the integral of the device's queue depth).
 
     Returns:
-        The batch's completion time (ns): ``issue_ns`` when it reads nothing.
+        How long the batch takes (ns): its completion is ``issue_ns`` plus this. Times are
+        kept relative to ``issue_ns`` inside, so a batch on an idle device takes exactly what
+        :func:`lone_batches` gives it, wherever on the clock it starts.
     """
     if reads <= 0:
-        return issue_ns
+        return 0.0
     q = min(queue_depth, reads)
     for j in range(q):
-        lanes[j] = issue_ns  # when lane j issues its next read
-    w = work[0]
-    done = issue_ns
+        lanes[j] = 0.0  # when lane j issues its next read, after issue_ns
+    w = max(work[0] - issue_ns, 0.0)
+    done = 0.0
     for i in range(reads):
         lane = i % q  # a batch's reads complete in issue order, so lanes free round robin
         issue = lanes[lane]
@@ -58,5 +62,17 @@ def queue_reads(work, issue_ns, reads, queue_depth, latency_ns, spacing_ns, lane
         done = max(issue + latency_ns, w)
         in_device[0] += done - issue
         lanes[lane] = done
-    work[0] = w
+    work[0] = max(work[0], issue_ns + w)
     return done
+
+
+@jit
+def lone_batches(reads, queue_depth, latency_ns, spacing_ns, out):
+    """``out[i]``: how long a batch of ``reads[i]`` block reads at ``queue_depth`` takes alone
+    on an idle device (:func:`queue_reads`), ``(n,)`` int64 -> ``(n,)`` float64 ns."""
+    lanes = np.empty(max(queue_depth, 1), dtype=np.float64)
+    scratch = np.zeros(1, dtype=np.float64)
+    for i in range(reads.shape[0]):
+        work = np.zeros(1, dtype=np.float64)
+        out[i] = queue_reads(work, 0.0, reads[i], queue_depth, latency_ns, spacing_ns, lanes, scratch)
+    return out

@@ -28,9 +28,10 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from sdm.kernels.jit import jit
-from sdm.devices import DeviceSpec, get_device
+from sdm.devices import get_device
 from sdm.errors import InvalidArgumentError
 from sdm.validate import check_int, check_number
+from sdm.tiers.metered import DeviceQueue
 
 __all__ = ["SlaError", "SlaResult", "DEFAULT_SLA_US", "PERCENTILES", "latency_percentiles_us",
            "response_times_ns", "response_percentile_ns", "qps_at_sla", "check_sla_us",
@@ -214,16 +215,9 @@ def qps_at_sla(service_ns, sla_us, *, percentile: float = 99.0, min_arrivals: in
 
 
 def service_ns_array(device, reads, queue_depth: int) -> np.ndarray:
-    """:meth:`sdm.devices.DeviceSpec.service_ns` over an array: ``(n,)`` int64 block reads ->
-    ``(n,)`` int64 ns (same formula, same rounding)."""
-    d: DeviceSpec = get_device(device)
+    """How long each batch of ``reads`` ``(n,)`` int64 block reads takes alone on ``device``
+    at ``queue_depth``, ``(n,)`` int64 ns: the shared device queue's charge for a serial
+    stream (:meth:`sdm.tiers.metered.DeviceQueue.lone_ns`), rounded as the store rounds it."""
     queue_depth = check_int(queue_depth, "queue_depth", lo=1)
-    reads = np.asarray(reads, dtype=np.int64)
-    inflight = np.maximum(np.minimum(np.int64(queue_depth), reads), 1)
-    waves = -(-reads // inflight)
-    per_read = np.maximum(d.read_latency_us * 1e3, inflight * 1e9 / d.max_read_iops)
-    latency = waves * per_read
-    transfer = reads * d.access_bytes / d.read_bandwidth_gbps
-    out = np.rint(np.maximum(latency, transfer)).astype(np.int64)
-    out[reads <= 0] = 0
-    return out
+    took = DeviceQueue(get_device(device)).lone_ns(np.asarray(reads, dtype=np.int64), queue_depth)
+    return np.rint(took).astype(np.int64)

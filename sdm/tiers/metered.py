@@ -20,7 +20,7 @@ import numpy as np
 from sdm.devices import DeviceSpec, count_blocks, get_device
 from sdm.errors import ConfigError
 from sdm.tiers.base import CacheTier, Tier
-from sdm.kernels.devqueue import queue_reads
+from sdm.kernels.devqueue import lone_batches, queue_reads
 from sdm.tiers.clock import SimClock, current_timeline, wait_until_ns
 from sdm.tiers.manifest import TableLayout
 
@@ -51,14 +51,22 @@ class DeviceQueue:
 
     def submit(self, issue_ns: float, reads: int, queue_depth: int) -> float:
         """Queue ``reads`` block reads issued from ``issue_ns`` on, ``queue_depth`` at a time,
-        behind every read queued before; returns their completion time (ns)."""
+        behind every read queued before; returns how long they take (ns, queueing included):
+        they complete at ``issue_ns`` plus that."""
         if reads <= 0:
-            return issue_ns
+            return 0.0
         with self._lock:
-            done = queue_reads(self._work, float(issue_ns), reads, queue_depth, self.latency_ns,
+            took = queue_reads(self._work, float(issue_ns), reads, queue_depth, self.latency_ns,
                                self.spacing_ns, self._lanes, self._in_device)
             self._reads += reads
-        return done
+        return took
+
+    def lone_ns(self, reads, queue_depth: int) -> np.ndarray:
+        """How long each batch of ``reads`` ``(n,)`` int64 takes alone on the idle device,
+        ``(n,)`` float64 ns: what :meth:`submit` charges a serial stream of batches."""
+        reads = np.ascontiguousarray(reads, dtype=np.int64)
+        return lone_batches(reads, queue_depth, self.latency_ns, self.spacing_ns,
+                            np.empty(reads.shape[0], dtype=np.float64))
 
     def counters(self) -> tuple[int, float]:
         """``(reads, in_device_ns)`` so far: over a window of ``elapsed`` ns, utilization is
@@ -150,25 +158,24 @@ class Metered(Tier):
         behind other requests' reads included."""
         timeline = current_timeline()
         if self.io_mode == "paced":  # real time: the queue holds wall-clock completions
-            issue = float(wall_start)
+            issue = wall_start
         elif timeline is not None:
             issue = timeline.now_ns
         else:
-            issue = float(self.clock.now_ns())
-        done = self.queue.submit(issue, blocks, self.queue_depth)
-        modeled = done - issue
+            issue = self.clock.now_ns()
+        modeled = self.queue.submit(issue, blocks, self.queue_depth)
         with self._lock:
             self._reads += blocks
             self._useful += useful_bytes
             self._busy_ns += modeled
         if self.io_mode == "paced":
             self.clock.advance_ns(round(modeled))
-            wait_until_ns(int(done))
+            wait_until_ns(int(issue + modeled))
         elif timeline is not None:
-            timeline.now_ns = done
-            self.clock.advance_to_ns(round(done))
-        else:
-            self.clock.advance_to_ns(round(done))
+            timeline.now_ns = issue + modeled
+            self.clock.advance_to_ns(round(timeline.now_ns))
+        else:  # integer time plus the rounded duration: what the sweep's model charges
+            self.clock.advance_to_ns(issue + round(modeled))
         return modeled
 
     # -- the rest of the contract forwards to the inner tier --------------------------
