@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,25 +33,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import sdm  # noqa: E402
 from sdm.cluster import CostModel, ShardedStore, WorkerSpec, plan  # noqa: E402
 
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
-                             cwd=os.path.dirname(os.path.abspath(__file__)))
-    except (OSError, subprocess.SubprocessError):
-        return "?"
-    return out.stdout.strip() or "?"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import commit, cpu_model  # noqa: E402 (bench/machine.py)
 
 
 def percentiles(values) -> tuple[float, float]:
