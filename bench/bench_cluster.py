@@ -82,6 +82,8 @@ def fan_out(path, specs, shards: int, batches: list, sharding: dict | None) -> d
 
 
 def zipf_tables(count: int, seed: int):
+    """``count`` tables with Zipf row counts (10M / rank, at least 100) and Zipf pooling
+    (80 / rank^0.8), shuffled, mixed dims and formats; returns (specs, pooling)."""
     rng = np.random.default_rng(seed)
     ranks = np.arange(1, count + 1)
     rows = np.maximum(100, (1e7 / ranks).astype(int))

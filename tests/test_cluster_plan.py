@@ -4,6 +4,8 @@ the sharding types, trace profiles and the versioned JSON plan."""
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
 
 import numpy as np
@@ -14,20 +16,10 @@ from sdm.cluster import CapacityError, CostModel, Plan, PlanError, WorkerSpec, p
 from sdm.cluster.planner import PLAN_VERSION, SHARDING_TYPES
 from sdm.trace import Batch
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+from bench_cluster import zipf_tables  # noqa: E402  (the bench's tables: Zipf rows and pooling)
 
-def zipf_tables(count: int, seed: int):
-    """``count`` tables with Zipf row counts (10M / rank, at least 100) and Zipf pooling
-    (80 / rank^0.8), shuffled, mixed dims and formats; returns (specs, pooling)."""
-    rng = np.random.default_rng(seed)
-    ranks = np.arange(1, count + 1)
-    rows = np.maximum(100, (1e7 / ranks).astype(int))
-    pooling = np.maximum(1.0, 80 / ranks ** 0.8)
-    rng.shuffle(rows)
-    rng.shuffle(pooling)
-    dims = rng.choice([16, 32, 64, 128], count)
-    fmts = rng.choice(sdm.ROW_FORMATS, count)
-    specs = [sdm.TableSpec(f"t{i}", int(r), int(d), str(f)) for i, (r, d, f) in enumerate(zip(rows, dims, fmts))]
-    return specs, {s.name: float(p) for s, p in zip(specs, pooling)}
+
 
 
 def meta_tables(count: int):
