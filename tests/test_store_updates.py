@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -186,6 +187,9 @@ READER = textwrap.dedent("""
     rng = np.random.default_rng()
     seen, bad, batches = set(), 0, 0
     with sdm.Store.open(path, config=config, readonly=True) as store:
+        store.embedding_bags({"t": (np.arange(400), np.arange(0, 401, 4))})  # compile, map the files
+        print("ready", flush=True)
+        sys.stdin.readline()  # the writer starts now
         end = time.time() + seconds
         while time.time() < end:
             ids = rng.integers(0, 2000, 400)
@@ -199,14 +203,25 @@ READER = textwrap.dedent("""
 """)
 
 
+def wait_ready(proc, timeout=600):
+    """Wait for a READER's "ready" line (a cold JIT cache compiles first)."""
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    assert ready, "a reader process never became ready"
+    assert proc.stdout.readline().strip() == "ready"
+
+
 def test_reader_processes_see_whole_versions_while_a_writer_updates_and_publishes(tmp_path):
     spec = sdm.TableSpec("t", 2000, 8, "fp32")
     path = tmp_path / "s"
     with sdm.Store.create(path, [spec]) as store:
         store.write_table("t", versioned(spec, 0))
-    readers = [subprocess.Popen([sys.executable, "-c", READER, str(path), cfg, "4"], stdout=subprocess.PIPE,
-                                text=True) for cfg in ("sdm-nand", "dram")]
-    time.sleep(1.5)  # let the readers open and warm up
+    readers = [subprocess.Popen([sys.executable, "-c", READER, str(path), cfg, "4"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True) for cfg in ("sdm-nand", "dram")]
+    for r in readers:
+        wait_ready(r)
+    for r in readers:
+        r.stdin.write("go\n")
+        r.stdin.flush()
     with sdm.Store.open(path) as store:
         for v in range(1, 30):
             if v % 10 == 0:
@@ -218,6 +233,28 @@ def test_reader_processes_see_whole_versions_while_a_writer_updates_and_publishe
     for r in results:
         assert r["bad"] == 0 and r["batches"] > 10, r
         assert len(r["seen"]) > 3, r  # the readers really saw versions come and go
+
+
+def test_a_store_opened_while_a_table_is_published_sees_the_publish(tmp_path, monkeypatch):
+    """The manifest is replaced between the opener's read of it and its stamp: the store
+    must not pair the old manifest with the new stamp (it would never see the publish)."""
+    spec = sdm.TableSpec("t", 2000, 8, "fp32")
+    path = tmp_path / "s"
+    writer = sdm.Store.create(path, [spec])
+    writer.write_table("t", versioned(spec, 1))
+    read = sdm.store.store.Manifest.read
+
+    def read_then_publish(directory):
+        manifest = read(directory)
+        monkeypatch.setattr(sdm.store.store.Manifest, "read", read)  # once
+        writer.write_table("t", versioned(spec, 2))
+        return manifest
+
+    monkeypatch.setattr(sdm.store.store.Manifest, "read", staticmethod(read_then_publish))
+    with sdm.Store.open(path, config="sdm-nand", readonly=True) as store:
+        out = store.embedding_bags({"t": (np.arange(2000), np.arange(0, 2001, 4))})["t"]
+    writer.close()
+    np.testing.assert_array_equal(np.unique(out), [8.0])  # 4 rows of version 2 per bag
 
 
 UPDATER = textwrap.dedent("""

@@ -48,11 +48,13 @@ class Hierarchy:
     last tier holds all rows.
     """
 
-    def __init__(self, config: HierarchyConfig, db: RowDB, *, clock: SimClock | None = None):
+    def __init__(self, config: HierarchyConfig, db: RowDB, *, clock: SimClock | None = None,
+                 tables: tuple[TableLayout, ...] | None = None):
         self.config = config
         self.clock = clock if clock is not None else SimClock()
         directory = os.path.dirname(db.path)
-        tables = Manifest.read(directory).tables
+        if tables is None:  # a store passes the tables of the manifest it serves
+            tables = Manifest.read(directory).tables
         self.placement = _load_placement(config, tables)
         by_name = {t.name: t for t in tables}
         pinned_tables = [by_name[n] for n in self.placement.pinned_tables] if self.placement else []

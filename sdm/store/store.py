@@ -52,15 +52,15 @@ class Store:
     :meth:`close`. Lookups are thread-safe; writes are serialized (across processes too).
     """
 
-    def __init__(self, path: str, manifest: Manifest, db: RowDB, config: HierarchyConfig,
+    def __init__(self, path: str, manifest: Manifest, stamp: tuple, db: RowDB, config: HierarchyConfig,
                  readonly: bool):
         self.path = path
         self.readonly = readonly
         self.config = config
         self._manifest = manifest
-        self._manifest_stamp = _stamp(path)
+        self._manifest_stamp = stamp  # taken before ``manifest`` was read (see open)
         self._db = db
-        self._hierarchy = Hierarchy(config, db)
+        self._hierarchy = Hierarchy(config, db, tables=manifest.tables)
         # Bags that repeat (a user's features across a request's candidate items) are
         # served whole from here, before any row is looked up.
         self._pooled = PooledCache(config.pooled_cache_bytes) if config.pooled_cache_bytes else None
@@ -133,10 +133,14 @@ class Store:
         config = resolve_config(config)
         if not os.path.isfile(os.path.join(path, MANIFEST_NAME)):
             raise StoreNotFoundError(f"no sdm store at {path} ({MANIFEST_NAME} not found)")
+        # The stamp first: a publish between the two then makes the stamp older than the
+        # manifest, and the first batch re-reads it. The other order would pair an old
+        # manifest with the new stamp, and the store would never see that publish.
+        stamp = _stamp(path)
         manifest = Manifest.read(path)
         db = RowDB(path, readonly=readonly)
         try:
-            return cls(path, manifest, db, config, readonly)
+            return cls(path, manifest, stamp, db, config, readonly)
         except BaseException:  # a config the store's tables cannot use: release the database
             db.close()
             raise
