@@ -35,9 +35,13 @@ from sdm.tiers.base import CacheTier
 from sdm.tiers.dram_cache import DramCacheTier
 from sdm.tiers.lmdb import RowDB
 from sdm.devices import get_device
+from sdm.tiers.io_engine import IOEngine
 from sdm.tiers.metered import DeviceQueue, Metered, metered
 from sdm.tiers.mmap import MmapTier
 from sdm.tiers.patched import PatchedTier
+
+
+_ENGINE_DEPTH_CAP = 64
 
 
 class Hierarchy:
@@ -69,6 +73,18 @@ class Hierarchy:
         def queue(device) -> DeviceQueue:
             return self.queues.setdefault(device.name, DeviceQueue(device))
 
+        # In direct mode, one IO engine per device too: the reads in flight on a device are
+        # bounded by its parallel units (at least a request's queue depth, at most
+        # _ENGINE_DEPTH_CAP reader threads), whatever the number of requests.
+        self.engines: dict[str, IOEngine] = {}
+
+        def engine(tc: TierConfig) -> IOEngine | None:
+            if config.io_mode != "direct":
+                return None
+            device = get_device(tc.device)
+            depth = max(tc.queue_depth, min(_ENGINE_DEPTH_CAP, round(queue(device).units)))
+            return self.engines.setdefault(device.name, IOEngine(device.name, depth))
+
         built: list[Tier] = []
         lower: Tier | None = None
         for index in range(len(config.tiers) - 1, -1, -1):
@@ -84,7 +100,7 @@ class Hierarchy:
                     inner = DramTier(backing)
                 elif tc.kind == "mmap":
                     order = {} if self.placement is None else self.placement.row_order
-                    mapped = MmapTier(db, directory, row_order=order or None)
+                    mapped = MmapTier(db, directory, row_order=order or None, io_engine=engine(tc))
                     inner = PatchedTier(mapped, db, rowfile=mapped.path_of)
                 else:
                     inner = backing
@@ -209,12 +225,16 @@ class Hierarchy:
     def device_stats(self) -> dict[str, dict]:
         """Per device, its shared queue's ``units``, ``spacing_ns`` (work per read), and the
         running ``reads`` and ``in_device_ns``: over a window of ``T`` ns, the device's
-        utilization is ``reads x spacing_ns / T`` and its mean queue depth ``in_device_ns / T``."""
+        utilization is ``reads x spacing_ns / T`` and its mean queue depth ``in_device_ns / T``.
+        In ``direct`` mode a device read through an IO engine adds ``engine``: its ``depth``,
+        the pages it ``reads`` and ``peak_in_flight``, the most jobs it ran at once."""
         out = {}
         for name, queue in self.queues.items():
             reads, in_device = queue.counters()
             out[name] = {"units": queue.units, "spacing_ns": queue.spacing_ns, "reads": reads,
                          "in_device_ns": in_device}
+            if name in self.engines:
+                out[name]["engine"] = self.engines[name].stats()
         return out
 
     def modeled_ns(self) -> int:
@@ -224,6 +244,8 @@ class Hierarchy:
     def close(self) -> None:
         for tier in self.tiers:
             tier.close()
+        for engine in self.engines.values():
+            engine.close()
 
 
 def _load_placement(config: HierarchyConfig, tables):

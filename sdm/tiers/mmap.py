@@ -11,7 +11,6 @@ import mmap
 import os
 import threading
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from typing import Mapping
 
 import numpy as np
@@ -19,6 +18,7 @@ import numpy as np
 from sdm.devices import block_ranges
 from sdm.errors import ConfigError, CorruptStoreError, StoreError
 from sdm.tiers.base import Tier
+from sdm.tiers.io_engine import IOEngine
 from sdm.tiers.lmdb import RowDB
 from sdm.tiers.manifest import TableLayout
 from sdm.tiers.rowfile import (HEADER_BYTES, IDENTITY, PAGE_BYTES, STALE, Damaged, RowFile,
@@ -43,21 +43,25 @@ class MmapTier(Tier):
     is, so a device model counts the blocks the layout shares. Tables without an entry keep
     identity order. An order that is not a permutation of the table's rows raises
     ConfigError on the table's first read.
+
+    ``io_engine`` serves :meth:`read_rows_direct`: the device's engine, shared with every
+    other tier and request on it (a hierarchy passes one); without one the tier starts its own.
     """
 
     name = kind = "mmap"
     holds_all_rows = True
     supports_direct_io = True
 
-    def __init__(self, db: RowDB, directory: str, row_order: Mapping[str, np.ndarray] | None = None):
+    def __init__(self, db: RowDB, directory: str, row_order: Mapping[str, np.ndarray] | None = None,
+                 *, io_engine: IOEngine | None = None):
         self._db = db
         self._directory = directory
         self._orders = dict(row_order or {})
         self._pos: dict[str, tuple[np.ndarray, np.ndarray, bytes]] = {}  # name -> order, pos, digest
         self._files: dict[int, RowFile] = {}
         self._lock = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_size = 0
+        self.io_engine = io_engine
+        self._own_engine: IOEngine | None = None
         self._local = threading.local()
         self._rows = 0
         self._rebuilds = 0
@@ -176,9 +180,9 @@ class MmapTier(Tier):
         return HEADER_BYTES + self._positions(layout, ids) * layout.spec.row_bytes
 
     def read_rows_direct(self, layout, ids, out, *, queue_depth=1):
-        """Read the 4 KiB pages covering rows ``ids`` with O_DIRECT, ``queue_depth`` reads in
-        flight (one worker thread each), into page-aligned anonymous buffers; then copy
-        the rows out. Every page is a real device read: the page cache is bypassed, and a
+        """Read the 4 KiB pages covering rows ``ids`` with O_DIRECT into a page-aligned
+        anonymous buffer, as ``queue_depth`` jobs on the IO engine (at most that many of this
+        batch's reads outstanding); then copy the rows out. Every page is a real device read: the page cache is bypassed, and a
         page not checked yet is checked against its CRC as read.
 
         A short read (the file was truncated under us) or a page failing its CRC is damage:
@@ -206,18 +210,9 @@ class MmapTier(Tier):
         fd = rf.direct_fd
         page_list = pages.tolist()
 
-        def read_some(start: int) -> None:
-            for j in range(start, len(page_list), queue_depth):
-                got = os.preadv(fd, [view[j * PAGE_BYTES:(j + 1) * PAGE_BYTES]], page_list[j] * PAGE_BYTES)
-                if got != PAGE_BYTES:
-                    raise Damaged(f"short O_DIRECT read at page {page_list[j]}: {got} bytes")
-
-        workers = min(queue_depth, len(page_list))
-        if workers == 1:
-            read_some(0)
-        else:
-            for f in [self._executor(queue_depth).submit(read_some, w) for w in range(workers)]:
-                f.result()
+        short = self._engine(queue_depth).read_pages(fd, page_list, view, PAGE_BYTES, queue_depth)
+        if short:
+            raise Damaged(f"short O_DIRECT read at page {page_list[short[0]]}")
         if rf.unchecked:  # file page k of the data is buffer page j: pages[j] == k + 1
             data_pages = pages - HEADER_BYTES // PAGE_BYTES
             todo = np.flatnonzero(~rf.checked[data_pages])
@@ -240,14 +235,16 @@ class MmapTier(Tier):
             self._local.buf = buf
         return buf
 
-    def _executor(self, size: int) -> ThreadPoolExecutor:
+    def _engine(self, queue_depth: int) -> IOEngine:
+        """The device's shared engine, or (a tier used on its own) one of this tier's."""
+        if self.io_engine is not None:
+            return self.io_engine
         with self._lock:
-            if self._pool is None or self._pool_size < size:
-                if self._pool is not None:
-                    self._pool.shutdown(wait=False)
-                self._pool = ThreadPoolExecutor(max_workers=size, thread_name_prefix="sdm-direct")
-                self._pool_size = size
-            return self._pool
+            if self._own_engine is None or self._own_engine.depth < queue_depth:
+                if self._own_engine is not None:
+                    self._own_engine.close()
+                self._own_engine = IOEngine(f"{self.name}-direct", queue_depth)
+            return self._own_engine
 
     def invalidate(self, layout):
         with self._lock:
@@ -265,8 +262,8 @@ class MmapTier(Tier):
     def close(self):
         with self._lock:
             files, self._files = self._files, {}
-            pool, self._pool = self._pool, None
+            engine, self._own_engine = self._own_engine, None
         for rf in files.values():
             rf.close()
-        if pool is not None:
-            pool.shutdown(wait=True)
+        if engine is not None:  # a shared engine is closed by its owner
+            engine.close()
