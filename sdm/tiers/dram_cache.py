@@ -39,6 +39,7 @@ from sdm.kernels.serve import (C_HITS, C_MISSES, C_PREFETCH_USED, C_PREFETCH_WAS
 from sdm.tiers.manifest import TableLayout
 from sdm.policies import Cache
 from sdm.policies.cache import _no_admission
+from sdm.kernels.policies import pin_batch
 from sdm.kernels.pooling import pool
 from sdm.tiers.base import CacheTier, Tier
 
@@ -112,7 +113,7 @@ class DramCacheTier(CacheTier):
         in_cache = ptr < self.capacity
         used = ptr[in_cache]
         if not prefetch:  # a prefetch pins in the kernel, until release()
-            self.directory.pin(used)
+            pin_batch(self.directory._state, used, 1)  # slots the kernel just gave: in range
         waits = np.flatnonzero(~is_miss & in_cache)
         waits = waits[self._ready[ptr[waits]] != SLOT_READY]
         return _Batch(layout, unique, ptr, is_miss, used, start, waits, self._slots)
@@ -171,7 +172,7 @@ class DramCacheTier(CacheTier):
 
     def _end(self, batch: "_Batch") -> None:
         with self._cond:
-            self.directory.unpin(batch.used)
+            pin_batch(self.directory._state, batch.used, -1)
             self._scratch.give(batch.start, batch.unique.shape[0])
             self._inflight -= 1
             self._cond.notify_all()

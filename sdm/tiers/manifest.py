@@ -12,6 +12,7 @@ import json
 import os
 import re
 from dataclasses import asdict, dataclass
+from functools import cached_property
 
 from sdm.errors import CorruptStoreError, InvalidArgumentError
 from sdm.formats import check_dim, check_format, row_bytes
@@ -57,7 +58,7 @@ class TableSpec:
         object.__setattr__(self, "dim", check_dim(self.dim, f"table {self.name!r}: dim"))
         check_format(self.fmt)
 
-    @property
+    @cached_property  # read on every batch's hot path: computed once (frozen: never changes)
     def row_bytes(self) -> int:
         return row_bytes(self.fmt, self.dim)
 
