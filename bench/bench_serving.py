@@ -12,6 +12,7 @@ saturates when throughput stops scaling.
 Run::
 
     .venv/bin/python bench/bench_serving.py            # 4 x 1M x 64 fp32 (1 GiB store)
+    .venv/bin/python bench/bench_serving.py --plot bench/serving.png   # and the curve as a PNG
     .venv/bin/python bench/bench_serving.py --quick    # toy size smoke test
 """
 
@@ -70,6 +71,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="toy size: a smoke test")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--workers", type=int, nargs="+", help="worker counts (default 1 2 4 8 16 32)")
+    ap.add_argument("--plot", metavar="PNG", help="write requests/s and cores busy against workers here")
     args = ap.parse_args(argv)
     rows = 20_000 if args.quick else 1_000_000
     workers = args.workers or ((1, 4) if args.quick else WORKERS)
@@ -100,6 +102,7 @@ def main(argv=None) -> int:
     print("| workers | requests/s | speedup | median request ms | cores busy | nand util | nand QD |")
     print("|---|---|---|---|---|---|---|")
     base = None
+    curve = []
     for w in workers:
         walls = [r[0] for r in runs[w]]
         i = walls.index(statistics.median_low(walls)) if len(walls) > 1 else 0
@@ -107,9 +110,39 @@ def main(argv=None) -> int:
         qps = len(requests) / wall
         base = base or qps
         nand = dev.get("nand-p4500", {"utilization": 0.0, "queue_depth": 0.0})
+        curve.append((w, qps, cpu / wall))
         print(f"| {w} | {qps:,.0f} | {qps / base:.2f}x | {wall / len(requests) * w * 1e3:.2f} | "
               f"{cpu / wall:.2f} | {nand['utilization']:.2f} | {nand['queue_depth']:.1f} |")
+    if args.plot:
+        print(f"wrote {plot(curve, args.plot)}")
     return 0
+
+
+def plot(curve, path) -> str:
+    """Requests/s (left axis) and cores busy (right axis) against worker threads."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    workers, qps, busy = zip(*curve)
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    ax.plot(workers, qps, marker="o", label="requests/s")
+    ax.plot(workers, [qps[0] * w for w in workers], linestyle=":", color="grey", label="linear in workers")
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(0, max(qps) * 1.3)
+    ax.set_xlabel("worker threads")
+    ax.set_ylabel("requests/s")
+    right = ax.twinx()
+    right.plot(workers, busy, marker="s", color="tab:red", label="cores busy")
+    right.set_ylim(0, os.cpu_count() or 2)
+    right.set_ylabel("cores busy (process CPU / wall)")
+    lines = ax.get_legend_handles_labels()
+    more = right.get_legend_handles_labels()
+    ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=8, loc="upper left")
+    ax.set_title(f"paced sdm-nand, 94 requests, {cpu_model()}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 if __name__ == "__main__":

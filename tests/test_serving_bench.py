@@ -1,5 +1,5 @@
 """Smoke test: bench/bench_serving.py runs at toy size (so it cannot rot): both worker counts
-served every request, and the CPU model is printed."""
+served every request, the CPU model is printed and the plot written."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import re
 from helpers import assert_prints_cpu, run_bench
 
 
-def test_bench_serving_quick():
-    out = run_bench("bench_serving", "--quick", timeout=600)
+def test_bench_serving_quick(tmp_path):
+    png = tmp_path / "serving.png"
+    out = run_bench("bench_serving", "--quick", "--plot", str(png), timeout=600)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert_prints_cpu(out)
     rows = re.findall(r"^\| (\d+) \| ([\d,]+) \| ([\d.]+)x \|", out, flags=re.M)
     assert [int(w) for w, _, _ in rows] == [1, 4], out
