@@ -11,6 +11,7 @@ from sdm.formats import INT8_TAIL_BYTES, check_format, row_bytes
 from sdm.validate import as_array, check_choice, check_id_array, check_int
 from sdm.kernels.bag import (_fp16_range, _fp32_range, _int8_range, bag_fp16, bag_fp32, bag_int8,
                              bags_valid)
+from sdm.kernels.jit import jit
 
 __all__ = ["embedding_bag", "check_ids", "check_offsets", "check_weights", "POOLING_MODES"]
 
@@ -46,14 +47,22 @@ def check_offsets(offsets, nnz: int) -> np.ndarray:
             f"offsets[-1] must equal len(indices) = {nnz}, got {int(offsets[-1])} "
             f"(offsets need B + 1 entries, the last one the total)"
         )
-    steps = np.diff(offsets)
-    if steps.size and steps.min() < 0:
-        at = int(np.argmax(steps < 0))
+    at = _first_decrease(offsets)  # one pass (every batch of every table validates them)
+    if at >= 0:
         raise InvalidOffsetsError(
             f"offsets must be non-decreasing; offsets[{at + 1}] = {int(offsets[at + 1])} "
             f"< offsets[{at}] = {int(offsets[at])}"
         )
     return offsets
+
+
+@jit
+def _first_decrease(offsets):
+    """The first ``i`` with ``offsets[i + 1] < offsets[i]``, or -1."""
+    for i in range(offsets.shape[0] - 1):
+        if offsets[i + 1] < offsets[i]:
+            return i
+    return -1
 
 
 def check_weights(per_sample_weights, nnz: int) -> np.ndarray | None:
@@ -177,8 +186,11 @@ def pool(table, indices, offsets, weights, mean, fmt, out):
     if fmt == "fp16":  # Numba has no float16 arrays: the kernel widens the raw bits itself
         table = table.view(np.uint16)
     core, driver = _KERNELS[fmt]
+    if indices.shape[0] < SERIAL_BELOW_LOOKUPS:  # first: get_num_threads costs a few us
+        core(table, indices, offsets, w, weighted, mean, out, 0, out.shape[0])
+        return out
     nthreads = numba.get_num_threads()
-    if nthreads == 1 or indices.shape[0] < SERIAL_BELOW_LOOKUPS:
+    if nthreads == 1:
         core(table, indices, offsets, w, weighted, mean, out, 0, out.shape[0])
         return out
     return driver(table, indices, offsets, w, weighted, mean, out, nthreads)

@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 
-from sdm.devices import DeviceSpec, count_blocks, get_device
+from sdm.devices import DeviceSpec, blocks_of, get_device
 from sdm.errors import ConfigError
 from sdm.tiers.base import CacheTier, Tier
 from sdm.kernels.devqueue import lone_batches, queue_reads
@@ -130,7 +130,8 @@ class Metered(Tier):
         own = ids if served is None else ids[served]
         if len(own):
             offsets = self.inner.row_offsets(layout, own)
-            blocks = count_blocks(offsets, layout.spec.row_bytes, self.device.access_bytes)
+            blocks = int(blocks_of(np.ascontiguousarray(offsets, dtype=np.int64), layout.spec.row_bytes,
+                                   self.device.access_bytes))
             self._charge(blocks, len(own) * layout.spec.row_bytes, start)
         with self._lock:
             self._wall_ns += time.perf_counter_ns() - start
