@@ -133,3 +133,28 @@ def fill_rows(slots, ptr, rows):
     for k in range(ptr.shape[0]):
         for b in range(width):
             slots[ptr[k], b] = rows[k, b]
+
+
+@jit(_nrt=False)
+def pin_placed(st, ptr, capacity, delta):
+    """Add ``delta`` to the pin count of every cache slot ``ptr`` places a row in (entries
+    ``< capacity``; scratch rows are nobody's); counts never drop below 0."""
+    pins = st[11]
+    for j in range(ptr.shape[0]):
+        s = ptr[j]
+        if s < capacity:
+            v = pins[s] + delta
+            pins[s] = v if v > 0 else 0
+
+
+@jit(_nrt=False)
+def pending_hits(ptr, is_miss, ready, capacity, out):
+    """Write into ``out`` the positions ``j`` of hits whose slot another batch is still
+    filling (``ready`` not ``SLOT_READY``); returns how many."""
+    n = 0
+    for j in range(ptr.shape[0]):
+        s = ptr[j]
+        if not is_miss[j] and s < capacity and ready[s] != SLOT_READY:
+            out[n] = j
+            n += 1
+    return n

@@ -35,11 +35,10 @@ from sdm.formats import typed_rows
 from sdm.kernels.dedup import unique_inverse
 from sdm.kernels.serve import (C_HITS, C_MISSES, C_PREFETCH_USED, C_PREFETCH_WASTED, C_REJECTED,
                                N_COUNTERS, SLOT_FAILED, SLOT_PENDING, SLOT_READY, TABLE_SHIFT,
-                               fill_rows, probe_batch)
+                               fill_rows, pending_hits, pin_placed, probe_batch)
 from sdm.tiers.manifest import TableLayout
 from sdm.policies import Cache
 from sdm.policies.cache import _no_admission
-from sdm.kernels.policies import pin_batch
 from sdm.kernels.pooling import pool
 from sdm.tiers.base import CacheTier, Tier
 
@@ -110,13 +109,11 @@ class DramCacheTier(CacheTier):
                     self._bypass if prefetch else self.directory._adm, self._slots, start,
                     self._slot_epoch, self._slot_owner, self._epoch, self._slot_flag, self._ready,
                     prefetch, ptr, is_miss, self._prefetch_counters if prefetch else self._counters)
-        in_cache = ptr < self.capacity
-        used = ptr[in_cache]
         if not prefetch:  # a prefetch pins in the kernel, until release()
-            pin_batch(self.directory._state, used, 1)  # slots the kernel just gave: in range
-        waits = np.flatnonzero(~is_miss & in_cache)
-        waits = waits[self._ready[ptr[waits]] != SLOT_READY]
-        return _Batch(layout, unique, ptr, is_miss, used, start, waits, self._slots)
+            pin_placed(self.directory._state, ptr, self.capacity, 1)
+        waits = np.empty(u, dtype=np.int64)
+        waits = waits[:pending_hits(ptr, is_miss, self._ready, self.capacity, waits)]
+        return _Batch(layout, unique, ptr, is_miss, start, waits, self._slots)
 
     def _take_scratch(self, n: int) -> int:
         """The first of ``n`` scratch rows for one batch; waits for other batches to give
@@ -172,7 +169,7 @@ class DramCacheTier(CacheTier):
 
     def _end(self, batch: "_Batch") -> None:
         with self._cond:
-            pin_batch(self.directory._state, batch.used, -1)
+            pin_placed(self.directory._state, batch.ptr, self.capacity, -1)
             self._scratch.give(batch.start, batch.unique.shape[0])
             self._inflight -= 1
             self._cond.notify_all()
@@ -240,7 +237,7 @@ class DramCacheTier(CacheTier):
             self._read(batch, np.flatnonzero(batch.is_miss & (batch.ptr < self.capacity)), source)
         finally:
             with self._cond:
-                self._slot_flag[batch.used] = 0  # pinned for good, not a prefetch
+                self._slot_flag[batch.ptr[batch.ptr < self.capacity]] = 0  # pinned for good, not a prefetch
                 self._scratch.give(batch.start, batch.unique.shape[0])
                 self._inflight -= 1
                 self._cond.notify_all()
@@ -329,14 +326,15 @@ class DramCacheTier(CacheTier):
 
 
 class _Batch:
-    """One batch in flight: its ids, the row of ``slots`` serving each, which it reads itself,
-    the slots it pinned, its scratch rows, and the hits it waits on other batches for."""
+    """One batch in flight: its ids, the row of ``slots`` serving each (the cache slots among
+    them pinned by it), which it reads itself, its scratch rows, and the hits it waits on
+    other batches for."""
 
-    __slots__ = ("layout", "unique", "ptr", "is_miss", "used", "start", "waits", "slots")
+    __slots__ = ("layout", "unique", "ptr", "is_miss", "start", "waits", "slots")
 
-    def __init__(self, layout, unique, ptr, is_miss, used, start, waits, slots):
+    def __init__(self, layout, unique, ptr, is_miss, start, waits, slots):
         self.layout, self.unique, self.ptr, self.is_miss = layout, unique, ptr, is_miss
-        self.used, self.start, self.waits, self.slots = used, start, waits, slots
+        self.start, self.waits, self.slots = start, waits, slots
 
 
 class _Ranges:
