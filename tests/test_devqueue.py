@@ -16,11 +16,13 @@ from sdm.kernels.devqueue import queue_reads
 from sdm.tiers.metered import DeviceQueue
 
 
-def reference(batches, latency, spacing):
+def reference(batches, latency, spacing, in_device=None):
     """Completion of each batch ``(issue_ns, reads, queue_depth)``, submitted in order: every
-    read individually, FCFS on the device's work, ``queue_depth`` of a batch in flight."""
+    read individually, FCFS on the device's work, ``queue_depth`` of a batch in flight.
+    ``in_device`` (a list) gets the summed time each read spent issued and not complete."""
     work = 0.0
     out = []
+    total = 0.0
     for issue, reads, qd in batches:
         done_of = []
         last = issue
@@ -28,16 +30,22 @@ def reference(batches, latency, spacing):
             at = issue if i < qd else done_of[i - qd]  # issued when its lane's read completes
             work = max(work, at) + spacing
             done_of.append(max(at + latency, work))
+            total += done_of[-1] - at
             last = done_of[-1]
         out.append(last)
+    if in_device is not None:
+        in_device.append(total)
     return out
 
 
-def run(batches, latency, spacing):
+def run(batches, latency, spacing, in_device=None):
     work = np.zeros(1)
     lanes = np.empty(1024)
     acc = np.zeros(1)
-    return [i + queue_reads(work, float(i), r, q, latency, spacing, lanes, acc) for i, r, q in batches]
+    out = [i + queue_reads(work, float(i), r, q, latency, spacing, lanes, acc) for i, r, q in batches]
+    if in_device is not None:
+        in_device.append(float(acc[0]))
+    return out
 
 
 @settings(max_examples=200, deadline=None)
@@ -46,6 +54,17 @@ def run(batches, latency, spacing):
 def test_kernel_equals_the_rules(batches, latency, spacing):
     batches = sorted(batches)  # requests arrive in time order
     assert run(batches, latency, spacing) == pytest.approx(reference(batches, latency, spacing))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 1e7), st.integers(0, 5000), st.integers(1, 64)), max_size=8),
+       st.floats(1, 1e5), st.floats(0.1, 1e4))
+def test_long_batches_and_time_in_device_equal_the_rules(batches, latency, spacing):
+    """Long batches take the kernel's closed-form steady states: still the rules, read by read."""
+    batches = sorted(batches)
+    got, want = [], []
+    assert run(batches, latency, spacing, got) == pytest.approx(reference(batches, latency, spacing, want))
+    assert got == pytest.approx(want)
 
 
 @pytest.mark.parametrize("device", ["nand-p4500", "optane-p4800x-512", "optane-p4800x-4k", "dram"])

@@ -55,13 +55,48 @@ def queue_reads(work, issue_ns, reads, queue_depth, latency_ns, spacing_ns, lane
         lanes[j] = 0.0  # when lane j issues its next read, after issue_ns
     w = max(work[0] - issue_ns, 0.0)
     done = 0.0
-    for i in range(reads):
+    # Once the batch is in a steady state, the rest of it follows in closed form, so a batch
+    # of n reads costs O(q) instead of O(n) (an all-hit batch charges its DRAM lines here:
+    # ~10^5 reads). Latency-bound (q x spacing <= latency): a wave whose lanes all free at
+    # the same T with the device idle by then takes exactly one latency, and so does every
+    # later one. Throughput-bound: once q reads in a row were queued behind work and completed
+    # when it did, each later read adds one spacing and stays in the device for q spacings.
+    latency_bound = q * spacing_ns <= latency_ns
+    throughput_bound = q * spacing_ns > latency_ns * (1.0 + 1e-9)
+    backlogged = 0  # reads in a row queued behind work and completing when it did
+    i = 0
+    while i < reads:
         lane = i % q  # a batch's reads complete in issue order, so lanes free round robin
+        if lane == 0 and i > 0 and latency_bound:
+            t = lanes[0]
+            uniform = w <= t
+            for j in range(1, q):
+                if lanes[j] != t:
+                    uniform = False
+                    break
+            waves = (reads - i) // q
+            if uniform and waves > 0:
+                w = t + (waves - 1) * latency_ns + q * spacing_ns
+                done = t + waves * latency_ns
+                in_device[0] += waves * q * latency_ns
+                for j in range(q):
+                    lanes[j] = done
+                i += waves * q
+                continue
+        if throughput_bound and backlogged >= q:
+            left = reads - i
+            w += left * spacing_ns
+            in_device[0] += left * q * spacing_ns
+            done = w
+            break
         issue = lanes[lane]
+        steady = w >= issue  # the device was still busy: this read adds exactly one spacing
         w = max(w, issue) + spacing_ns
         done = max(issue + latency_ns, w)
+        backlogged = backlogged + 1 if steady and done == w else 0
         in_device[0] += done - issue
         lanes[lane] = done
+        i += 1
     work[0] = max(work[0], issue_ns + w)
     return done
 
