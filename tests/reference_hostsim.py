@@ -101,15 +101,12 @@ def simulate(arrivals, requests, devices, cores, workers=0):
                 if waiting:
                     active += 1
                     begin(waiting.popleft())
-        while ready:
-            n, stage = ready[0]
-            cost = profile(n)[stage]
-            if cost <= 0:
+        for n, stage in list(ready):
+            if profile(n)[stage] <= 0:  # no core needed, no wait for one
+                ready.remove((n, stage))
                 at(now, ("cpu", n, stage, False))
-            elif idle > 0:
-                idle -= 1
-                at(now + cost, ("cpu", n, stage, True))
-            else:
-                break
-            ready.popleft()
+        while ready and idle > 0:
+            n, stage = ready.popleft()
+            idle -= 1
+            at(now + profile(n)[stage], ("cpu", n, stage, True))
     return latency

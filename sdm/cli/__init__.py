@@ -18,7 +18,7 @@ from sdm import __version__
 from sdm.errors import ConfigError, InvalidArgumentError, SdmError
 
 # Modules of sdm.cli that define commands, in the order `sdm --help` lists them.
-COMMAND_MODULES = ("run", "replay", "load", "trace", "place", "shard", "report", "devices")
+COMMAND_MODULES = ("run", "replay", "load", "host", "trace", "place", "shard", "report", "devices")
 
 
 def check_output_folder(path) -> None:

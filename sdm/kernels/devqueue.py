@@ -91,7 +91,7 @@ def batch_span(backlog_ns, reads, queue_depth, latency_ns, spacing_ns):
     in FCFS order, ``+spacing``) and a lane step (the read ``q`` later on the same lane,
     ``+latency``, or its issue, ``+spacing``). With ``r - 1 = u q + v`` the longest paths
     are all device steps, device steps to read ``v`` then lane steps, or lane steps from the
-    start (``tests/test_devqueue.py`` checks this against the loop).
+    start (``tests/test_host_sim.py`` checks this against the loop).
     """
     if reads <= 0:
         return 0.0, backlog_ns

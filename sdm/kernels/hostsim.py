@@ -15,7 +15,7 @@ A request ``n`` arrives at ``arrivals[n]`` and is an instance of profiled reques
   interaction and top MLP) is queued; the request completes when that ends.
 
 Cores take CPU tasks first come first served, one task per core at a time; a task of zero
-time needs no core. Events are processed in time order, ties in the order they were made,
+time needs no core and waits for none. Events are processed in time order, ties in the order they were made,
 so a run is a deterministic function of its inputs.
 """
 
@@ -199,28 +199,29 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
                 pending[n] -= 1
                 if pending[n] == 0:
                     ready = 3 * n + 2
-        if ready >= 0:
-            fifo[tail] = ready
-            tail += 1
-        if ready2 >= 0:
-            fifo[tail] = ready2
-            tail += 1
-        # Start waiting tasks in order: zero-time ones at once (no core), others while a core
-        # is idle; a task waiting for a core holds back the ones behind it (FCFS).
-        while head < tail:
-            task = fifo[head]
+        # A task of zero time ends at once, needing no core; the others queue for one.
+        for task in (ready, ready2):
+            if task < 0:
+                continue
             n = task // 3
             stage = task - 3 * n
             r = n % num_profiles
             cost = cpu_emb[r] if stage == 0 else (cpu_bottom[r] if stage == 1 else cpu_top[r])
             if cost <= 0.0:
                 size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now, _FREE_DONE, task)
-            elif idle > 0:
-                idle -= 1
-                dev_busy_out[n_dev] += cost
-                size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now + cost, _CPU_DONE, task)
+                seq += 1
             else:
-                break
-            seq += 1
+                fifo[tail] = task
+                tail += 1
+        while head < tail and idle > 0:
+            task = fifo[head]
             head += 1
+            n = task // 3
+            stage = task - 3 * n
+            r = n % num_profiles
+            cost = cpu_emb[r] if stage == 0 else (cpu_bottom[r] if stage == 1 else cpu_top[r])
+            idle -= 1
+            dev_busy_out[n_dev] += cost
+            size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now + cost, _CPU_DONE, task)
+            seq += 1
     return last_done
