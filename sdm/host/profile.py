@@ -43,12 +43,16 @@ from sdm.tiers.metered import DeviceQueue
 from sdm.tiers.rowfile import HEADER_BYTES
 from sdm.trace.format import Trace, load
 
-__all__ = ["RequestProfile", "Device", "build_profile", "hit_rate_settles_after", "CONVERGED_WITHIN"]
+__all__ = ["RequestProfile", "Device", "UnsupportedHierarchy", "build_profile", "hit_rate_settles_after", "CONVERGED_WITHIN"]
 
 #: The hit rate has settled when the last half of the requests after a point is within this
 #: of all of them.
 CONVERGED_WITHIN = 0.01
 _MODEL_SAMPLES = 16  # requests whose forward pass is timed to get the MLPs' time per sample
+
+
+class UnsupportedHierarchy(ConfigError):
+    """A hierarchy whose shape the host model does not cover (it names the shapes it does)."""
 
 
 @dataclass(frozen=True)
@@ -164,13 +168,13 @@ def _shape(config: HierarchyConfig) -> tuple:
     """``(cache tier or None, SCM tier or None, DRAM tier config)`` of a supported hierarchy."""
     kinds = [t.kind for t in config.tiers]
     if config.pooled_cache_bytes or config.placement is not None:
-        raise ConfigError(f"hierarchy {config.name!r}: the host model does not model a pooled-embedding "
+        raise UnsupportedHierarchy(f"hierarchy {config.name!r}: the host model does not model a pooled-embedding "
                           f"cache or a placement; use a hierarchy without them")
     if kinds == ["dram"]:
         return None, None, config.tiers[0]
     if kinds == ["cache", "mmap"]:
         return config.tiers[0], config.tiers[1], config.tiers[0]
-    raise ConfigError(f"hierarchy {config.name!r} has tiers {kinds}; the host model covers ['dram'] and "
+    raise UnsupportedHierarchy(f"hierarchy {config.name!r} has tiers {kinds}; the host model covers ['dram'] and "
                       f"['cache', 'mmap'] (the dram, sdm-nand and sdm-3dxp shapes)")
 
 

@@ -24,11 +24,14 @@ from sdm.kernels.hostsim import simulate_host
 from sdm.replay.queueing import PERCENTILES, SlaError, check_sla_us
 from sdm.validate import check_int, check_number
 
-__all__ = ["HostSimulation", "SimPoint", "SlaPoint", "DEFAULT_ARRIVALS", "LATENCY_FLOOR"]
+__all__ = ["HostSimulation", "SimPoint", "SlaPoint", "DEFAULT_ARRIVALS", "LATENCY_FLOOR", "BUSY"]
 
 DEFAULT_ARRIVALS = 100_000
 LATENCY_FLOOR = "latency floor"
 _WARMUP = 0.02
+#: Below this utilization of every resource at the QPS at the SLA, no resource limits the
+#: rate: the zero-load latency is so close to the SLA that little queueing breaks it.
+BUSY = 0.5
 
 
 @dataclass
@@ -61,8 +64,20 @@ class SlaPoint:
     bottleneck: str
     point: SimPoint | None
 
+    @property
+    def reason(self) -> str:
+        """Why the QPS is what it is, in words."""
+        if self.bottleneck == LATENCY_FLOOR and self.qps == 0:
+            return (f"SLA {self.sla_us:g} us is below the p{self.percentile:g} latency of "
+                    f"{self.zero_load_us:,.1f} us per request at zero load; no request rate meets it")
+        if self.bottleneck == LATENCY_FLOOR:
+            return (f"the p{self.percentile:g} at zero load, {self.zero_load_us:,.1f} us, is "
+                    f"{self.zero_load_us / self.sla_us:.0%} of the SLA: a little queueing breaks it while "
+                    f"no resource is {BUSY:.0%} busy")
+        return f"p{self.percentile:g} reaches the SLA at this rate; the busiest resource is {self.bottleneck}"
+
     def to_json(self) -> dict:
-        return {"sla_us": self.sla_us, "percentile": self.percentile, "qps": self.qps,
+        return {"sla_us": self.sla_us, "percentile": self.percentile, "qps": self.qps, "reason": self.reason,
                 "zero_load_us": self.zero_load_us,
                 "saturation_qps": None if not math.isfinite(self.saturation_qps) else self.saturation_qps,
                 "bottleneck": self.bottleneck, "point": None if self.point is None else self.point.to_json()}
@@ -184,7 +199,8 @@ class HostSimulation:
         return SlaPoint(sla_us, percentile, lo, zero / 1e3, saturation, self.bottleneck(point), point)
 
     def bottleneck(self, point: SimPoint | None) -> str:
-        """The busiest resource at ``point``: ``cores``, ``dram bandwidth`` or ``<tier> tier``."""
-        if point is None:
+        """The busiest resource at ``point``: ``cores``, ``dram bandwidth`` or ``<tier> tier``;
+        the latency floor when there is no point or no resource is :data:`BUSY` busy."""
+        if point is None or max(point.utilization.values()) < BUSY:
             return LATENCY_FLOOR
         return max(point.utilization, key=point.utilization.get)
