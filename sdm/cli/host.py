@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from sdm.cli import check_output_folder, emit_json, write_text
+from sdm.cli import add_store_arguments, check_output_folder, emit_json
 
 
 def register(sub) -> None:
@@ -29,11 +29,7 @@ def register(sub) -> None:
     p.add_argument("--workers", type=int, help="at most N requests in service at once, as sdm load "
                                                "--workers (default: no limit)")
     p.add_argument("--arrivals", type=int, default=100_000, help="simulated requests per rate (default 100000)")
-    p.add_argument("--dim", type=int, default=64, help="columns of the built store's rows (default 64)")
-    p.add_argument("--fmt", default="fp32", help="row format of the built store (default fp32)")
-    p.add_argument("--request-size", type=int, help="samples per request (default: a whole batch)")
-    p.add_argument("--store", metavar="DIR", help="an existing store matching the trace's tables")
-    p.add_argument("--seed", type=int, default=0)
+    add_store_arguments(p)
     p.add_argument("--json", nargs="?", const="-", metavar="OUT",
                    help="write the JSON result to OUT (no OUT or '-': stdout, instead of the summary)")
     p.add_argument("--plot", metavar="OUT.png", help="write the latency-load curve as a PNG")

@@ -35,18 +35,29 @@ _READS_DONE = 3
 
 
 @jit
+def _before(h_time, h_seq, i, j):
+    """Whether heap entry ``i`` comes before ``j``: earlier, or as early and made first."""
+    return h_time[i] < h_time[j] or (h_time[i] == h_time[j] and h_seq[i] < h_seq[j])
+
+
+@jit
+def _swap(h_time, h_seq, h_kind, h_arg, i, j):
+    h_time[i], h_time[j] = h_time[j], h_time[i]
+    h_seq[i], h_seq[j] = h_seq[j], h_seq[i]
+    h_kind[i], h_kind[j] = h_kind[j], h_kind[i]
+    h_arg[i], h_arg[j] = h_arg[j], h_arg[i]
+
+
+@jit
 def _push(h_time, h_seq, h_kind, h_arg, size, seq, t, kind, arg):
     """Push onto the binary min-heap keyed (time, seq); returns the new size."""
     i = size
     h_time[i], h_seq[i], h_kind[i], h_arg[i] = t, seq, kind, arg
     while i > 0:
         parent = (i - 1) >> 1
-        if h_time[parent] < h_time[i] or (h_time[parent] == h_time[i] and h_seq[parent] < h_seq[i]):
+        if _before(h_time, h_seq, parent, i):
             break
-        h_time[i], h_time[parent] = h_time[parent], h_time[i]
-        h_seq[i], h_seq[parent] = h_seq[parent], h_seq[i]
-        h_kind[i], h_kind[parent] = h_kind[parent], h_kind[i]
-        h_arg[i], h_arg[parent] = h_arg[parent], h_arg[i]
+        _swap(h_time, h_seq, h_kind, h_arg, i, parent)
         i = parent
     return size + 1
 
@@ -55,26 +66,17 @@ def _push(h_time, h_seq, h_kind, h_arg, size, seq, t, kind, arg):
 def _pop(h_time, h_seq, h_kind, h_arg, size):
     """Remove the heap's top into slot ``size - 1`` (read it there); returns the new size."""
     last = size - 1
-    h_time[0], h_time[last] = h_time[last], h_time[0]
-    h_seq[0], h_seq[last] = h_seq[last], h_seq[0]
-    h_kind[0], h_kind[last] = h_kind[last], h_kind[0]
-    h_arg[0], h_arg[last] = h_arg[last], h_arg[0]
+    _swap(h_time, h_seq, h_kind, h_arg, 0, last)
     i = 0
     while True:
-        left = 2 * i + 1
-        if left >= last:
+        child = 2 * i + 1
+        if child >= last:
             break
-        child = left
-        right = left + 1
-        if right < last and (h_time[right] < h_time[left]
-                             or (h_time[right] == h_time[left] and h_seq[right] < h_seq[left])):
-            child = right
-        if h_time[i] < h_time[child] or (h_time[i] == h_time[child] and h_seq[i] < h_seq[child]):
+        if child + 1 < last and _before(h_time, h_seq, child + 1, child):
+            child += 1
+        if _before(h_time, h_seq, i, child):
             break
-        h_time[i], h_time[child] = h_time[child], h_time[i]
-        h_seq[i], h_seq[child] = h_seq[child], h_seq[i]
-        h_kind[i], h_kind[child] = h_kind[child], h_kind[i]
-        h_arg[i], h_arg[child] = h_arg[child], h_arg[i]
+        _swap(h_time, h_seq, h_kind, h_arg, i, child)
         i = child
     return last
 
