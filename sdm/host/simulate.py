@@ -7,8 +7,11 @@ is well defined. Each run is :func:`sdm.kernels.hostsim.simulate_host` over ``ar
 requests cycling the profile in trace order; the first ``warmup`` share of them is left out
 of the percentiles (the host starts empty).
 
-Utilization is offered work over capacity during the arrivals: core busy time over
-``cores x span``, a device's reads x spacing over the span (1 = saturated).
+Utilization is busy time over the span of the arrivals: core busy time over ``cores x span``;
+a device's time held, the time its first-come-first-served order ran ahead of the clock, over
+the span (1 = saturated). A device held is reads x spacing when batches keep its units full;
+a batch whose waves leave units idle holds it for its whole span, which is how the shared
+device model (:mod:`sdm.kernels.devqueue`) saturates on it.
 """
 
 from __future__ import annotations

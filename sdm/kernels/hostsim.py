@@ -102,8 +102,8 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
             first served for one (their wait counts in their latency); <= 0: no limit.
         latency_out: ``(N,)`` float64 out: completion minus arrival, ns.
         dev_reads_out: ``(D,)`` int64 out: reads each device served.
-        dev_busy_out: ``(D + 1,)`` float64 out: ``[:D]`` work each device did (reads x spacing,
-            ns), ``[D]`` the cores' busy time (ns).
+        dev_busy_out: ``(D + 1,)`` float64 out: ``[:D]`` how long each device was held (its
+            FCFS order ahead of the clock, ns), ``[D]`` the cores' busy time (ns).
 
     Returns:
         When the last request completed (ns).
@@ -191,10 +191,14 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
                     d = sub_dev[k]
                     t, w = batch_span(max(work[d] - now, 0.0), sub_reads[k], batch_qd[b],
                                       dev_latency[d], dev_spacing[d])
-                    work[d] = max(work[d], now + w)
+                    held = max(work[d], now + w)
+                    # busy time is how far the device's FCFS order moved on: reads x spacing
+                    # when the batch keeps the units full, its whole span when its waves leave
+                    # units idle (the model gives those to no later request)
+                    dev_busy_out[d] += held - max(work[d], now)
+                    work[d] = held
                     done = max(done, t)
                     dev_reads_out[d] += sub_reads[k]
-                    dev_busy_out[d] += sub_reads[k] * dev_spacing[d]
                 size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now + done, _READS_DONE, n)
                 seq += 1
             else:
