@@ -175,9 +175,9 @@ def test_cli_report(tmp_path, capsys):
 
 def test_real_replays_in_process_and_as_files(tmp_path):
     """The live `sdm replay` result shape, as objects and as `--json` files."""
-    from sdm.replay.live import replay
+    from sdm.host import replay_on_host
 
-    results = [replay(TINY, c, progress=False) for c in ("dram", "sdm-nand")]
+    results = [replay_on_host(TINY, c, progress=False, arrivals=5_000) for c in ("dram", "sdm-nand")]
     paths = []
     for r in results:
         p = tmp_path / f"{r.config}.json"

@@ -18,7 +18,7 @@ from sdm import __version__
 from sdm.errors import ConfigError, InvalidArgumentError, SdmError
 
 # Modules of sdm.cli that define commands, in the order `sdm --help` lists them.
-COMMAND_MODULES = ("run", "replay", "load", "trace", "place", "shard", "report", "devices")
+COMMAND_MODULES = ("run", "replay", "load", "host", "trace", "place", "shard", "report", "devices")
 
 
 def check_output_folder(path) -> None:
@@ -60,6 +60,16 @@ def emit_json(target: str | None, data: dict) -> bool:
         return True
     write_text(target, text + "\n")
     return False
+
+
+def add_store_arguments(p) -> None:
+    """The options of commands that build a store for a trace (or take one): ``--store``,
+    ``--dim``, ``--fmt``, ``--request-size``, ``--seed``."""
+    p.add_argument("--store", metavar="DIR", help="an existing store matching the trace's tables")
+    p.add_argument("--dim", type=int, default=64, help="columns of the built store's rows (default 64)")
+    p.add_argument("--fmt", default="fp32", help="row format of the built store (default fp32)")
+    p.add_argument("--request-size", type=int, help="samples per request (default: a whole batch)")
+    p.add_argument("--seed", type=int, default=0)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from sdm.cli import check_output_folder, emit_json, write_text
+from sdm.cli import add_store_arguments, check_output_folder, emit_json, write_text
 from sdm.store.config import IO_MODES
 
 
@@ -33,11 +33,7 @@ def register(sub) -> None:
     p.add_argument("--processes", action="store_true", help="worker processes over one store directory")
     p.add_argument("--io-mode", choices=IO_MODES, help="override the config's IO mode")
     p.add_argument("--model", help="DLRM preset: each request also runs the forward pass")
-    p.add_argument("--store", metavar="DIR", help="an existing store matching the trace's tables")
-    p.add_argument("--dim", type=int, default=64, help="columns of the built store's rows (default 64)")
-    p.add_argument("--fmt", default="fp32", help="row format of the built store (default fp32)")
-    p.add_argument("--request-size", type=int, help="samples per request (default: a whole batch)")
-    p.add_argument("--seed", type=int, default=0)
+    add_store_arguments(p)
     p.add_argument("--json", nargs="?", const="-", metavar="OUT",
                    help="write the JSON result to OUT (no OUT or '-': stdout, instead of the table)")
     p.add_argument("--out", metavar="DIR", help="write load.md, load.json and load.png into DIR")

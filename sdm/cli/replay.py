@@ -17,8 +17,8 @@ def register(sub) -> None:
         "replay", help="replay a trace through a live store: hit rates, IO, latency, QPS at an SLA",
         description="Replay a trace through a store under a hierarchy (and through a DLRM forward "
                     "with --model). Reports per-tier hits, misses, reads, bytes read and read "
-                    "amplification; modeled per-request latency p50/p95/p99/p99.9; the highest "
-                    "request rate whose modeled p99 stays within the SLA; CPU time per request; "
+                    "amplification; modeled per-request latency p50/p95/p99/p99.9; the QPS one "
+                    "--host sustains within the SLA (the host model, sdm host); CPU time per request; "
                     "device utilization and energy. A request is one trace batch (one request id "
                     "for inference traces) unless --request-size splits batches.")
     r.add_argument("trace", metavar="TRACE", help="sdm trace file (.npz)")
@@ -32,6 +32,9 @@ def register(sub) -> None:
     r.add_argument("--model", help="DLRM preset: run the whole forward per request (its dim wins)")
     r.add_argument("--io-mode", choices=IO_MODES, help="override the config's IO mode")
     r.add_argument("--sla-us", type=float, help="p99 latency SLA in microseconds (default 30000)")
+    r.add_argument("--host", default="this-machine",
+                   help="the host whose QPS at the SLA is reported (sdm host; default this-machine)")
+    r.add_argument("--disk", metavar="TOML", help="this machine's calibrated disk, for direct IO (sdm host)")
     r.add_argument("--store", metavar="DIR", help="an existing store whose tables (in order) match the "
                                                   "trace's; default: build one in a temp dir")
     r.add_argument("--workdir", metavar="DIR", help="where the temporary store is built (default: the "
@@ -96,18 +99,20 @@ def _config(args):
 
 
 def _replay(args) -> int:
+    from sdm.host import replay_on_host
     from sdm.replay.queueing import DEFAULT_SLA_US
-    from sdm.replay.live import DEFAULT_DIM, replay
+    from sdm.replay.live import DEFAULT_DIM
     from sdm.replay.render import plot_replay, replay_markdown
 
     if args.model is not None and args.dim is not None:
         raise InvalidArgumentError("--dim and --model conflict: the model preset fixes the dim")
-    result = replay(args.trace, _config(args), store=args.store, model=args.model,
-                    dim=DEFAULT_DIM if args.dim is None else args.dim, fmt=args.fmt, io_mode=args.io_mode,
-                    sla_us=DEFAULT_SLA_US if args.sla_us is None else args.sla_us,
-                    request_size=args.request_size, warmup_batches=args.warmup,
-                    max_batches=args.max_batches, seed=args.seed, progress=_progress(),
-                    workdir=args.workdir)
+    result = replay_on_host(args.trace, _config(args), host=args.host, disk=args.disk, store=args.store,
+                            model=args.model, dim=DEFAULT_DIM if args.dim is None else args.dim,
+                            fmt=args.fmt, io_mode=args.io_mode,
+                            sla_us=DEFAULT_SLA_US if args.sla_us is None else args.sla_us,
+                            request_size=args.request_size, warmup_batches=args.warmup,
+                            max_batches=args.max_batches, seed=args.seed, progress=_progress(),
+                            workdir=args.workdir)
     data = result.to_json()
     summary = replay_markdown(result)
     notes = []

@@ -37,14 +37,21 @@ def default_trace(workdir) -> str:
 
 def run_demo(presets=DEMO_PRESETS, *, trace=None, dim: int = DEFAULT_DIM, fmt: str = "fp32",
              sla_us: float = DEFAULT_SLA_US, max_batches: int | None = None, workdir=None,
-             progress: bool | None = None) -> list[ReplayResult]:
+             progress: bool | None = None, each=None) -> list[ReplayResult]:
     """Replay ``trace`` (default: :func:`default_trace`) through each preset over one store
     built under ``workdir`` (a temp dir by default). Returns one
     :class:`~sdm.replay.live.ReplayResult` per preset, each with ``extra["checksum"]``: the
-    SHA-256 of its pooled bytes."""
+    SHA-256 of its pooled bytes. ``each(result, trace, store, preset)``, when given, is called
+    after each replay while the store exists (the host model attaches its QPS there,
+    :func:`sdm.host.attach_host`)."""
     with tempfile.TemporaryDirectory(prefix="sdm-demo-", dir=workdir) as tmp:
         path = trace if trace is not None else default_trace(tmp)
         with load(path) as tr:
             store = build_store(os.path.join(tmp, "store"), tr.table_sizes, dim=dim, fmt=fmt, progress=False)
-            return [replay(tr, preset, store=store, sla_us=sla_us, max_batches=max_batches,
-                           checksum=True, progress=progress) for preset in presets]
+            runs = []
+            for preset in presets:
+                runs.append(replay(tr, preset, store=store, sla_us=sla_us, max_batches=max_batches,
+                                   checksum=True, progress=progress))
+                if each is not None:
+                    each(runs[-1], tr, store, preset)
+            return runs

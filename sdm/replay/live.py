@@ -30,13 +30,14 @@ from sdm.store.config import HierarchyConfig, resolve_config, with_io_mode
 from sdm.devices import DEVICES, DeviceSpec
 from sdm.errors import ConfigError, InvalidArgumentError
 from sdm.formats import check_dim, check_format, row_bytes
-from sdm.replay.queueing import DEFAULT_SLA_US, SlaError, SlaResult, check_sla_us, latency_percentiles_us, qps_at_sla
+from sdm.replay.queueing import DEFAULT_SLA_US, SlaError, check_sla_us, latency_percentiles_us
 from sdm.replay.requests import check_request_size, iter_requests
 from sdm.store.store import Store, TableSpec
 from sdm.trace.format import Trace, load
 from sdm.validate import check_int
 
-__all__ = ["ReplayResult", "replay", "build_store", "dram_hit_rate", "DEFAULT_DIM", "table_names", "COUNTERS"]
+__all__ = ["ReplayResult", "replay", "build_store", "dram_hit_rate", "DEFAULT_DIM", "table_names", "COUNTERS",
+           "config_devices"]
 
 DEFAULT_DIM = 64
 _MAX_CURVE_POINTS = 256
@@ -85,7 +86,9 @@ class ReplayResult:
     Scalars: ``trace``, ``config``, ``io_mode``, ``model`` (preset or None), ``dim``, ``fmt``,
     ``batches``, ``requests``, ``samples``, ``lookups`` (measured requests only),
     ``wall_s`` (serving calls), ``cpu_us_per_request``, ``hit_rate`` (share of row reads
-    served from DRAM, :func:`dram_hit_rate`), ``sla`` (:class:`~sdm.replay.queueing.SlaResult` or None).
+    served from DRAM, :func:`dram_hit_rate`), ``sla`` and ``host``: the QPS at the SLA and the
+    host it is for, set by the host model (:func:`sdm.host.replay_on_host`; a replay alone
+    serves one request at a time, which says nothing of a host's QPS), else None.
 
     ``tiers``: per tier (fast to slow, as ``Store.stats()``) its counters over the measured
     requests, ``read_amplification`` recomputed from them, ``utilization`` (busy share of
@@ -123,8 +126,9 @@ class ReplayResult:
     wall_ns: np.ndarray
     request_lookups: np.ndarray
     curve: np.ndarray
-    sla: SlaResult | None = None
+    sla: object = None  # sdm.host.simulate.SlaPoint: .qps, .to_json()
     sla_us: float | None = None
+    host: str | None = None
     request_definition: str = "batch"
     extra: dict = field(default_factory=dict)
 
@@ -166,6 +170,22 @@ class ReplayResult:
     def energy_j(self) -> float:
         return float(sum(t.get("energy_j", 0.0) for t in self.tiers))
 
+    def set_sla(self, sla, host: str, devices: dict) -> None:
+        """Take the host model's QPS at the SLA (``sla.qps``) for ``host``, and per tier the
+        busy share and energy per request at that rate: busy time per request x QPS; active
+        watts while busy, idle the rest (``devices``: device name -> DeviceSpec)."""
+        self.sla, self.host = sla, host
+        qps = sla.qps
+        if not math.isfinite(qps) or qps <= 0 or not self.requests:
+            return
+        period_ns = 1e9 / qps
+        for t in self.tiers:
+            busy = t.get("modeled_ns", 0) / self.requests
+            t["utilization_at_sla"] = busy / period_ns
+            device = devices.get(t.get("device"))
+            if device is not None:
+                t["energy_j_per_request_at_sla"] = device.energy_j(busy, max(period_ns, busy))
+
     def to_json(self) -> dict:
         """A JSON-ready dict (no arrays; infinities as null)."""
         def finite(x):
@@ -181,7 +201,7 @@ class ReplayResult:
             "lookups_per_s_after_first": finite(self.lookups_per_s_after_first),
             "hit_rate": self.hit_rate, "tiers": [dict(t) for t in self.tiers],
             "latency_us": self.latency_us, "modeled_s": self.modeled_s,
-            "sla_us": self.sla_us, "qps_at_sla": finite(self.qps_at_sla),
+            "sla_us": self.sla_us, "qps_at_sla": finite(self.qps_at_sla), "host": self.host,
             "sla": None if self.sla is None else self.sla.to_json(),
             "cpu_us_per_request": self.cpu_us_per_request, "energy_j": self.energy_j,
             "extra": self.extra,
@@ -219,7 +239,8 @@ def dram_hit_rate(tiers: list) -> float:
     return hits / total if total else 0.0
 
 
-def _devices(config: HierarchyConfig) -> dict[str, DeviceSpec]:
+def config_devices(config: HierarchyConfig) -> dict[str, DeviceSpec]:
+    """Device name -> spec: the presets and ``config``'s own devices."""
     found = dict(DEVICES)
     found.update({tc.device.name: tc.device for tc in config.tiers})
     return found
@@ -281,7 +302,7 @@ def replay(trace, config="dram", *, store=None, model: str | None = None, dim: i
             (bottom MLP, lookups through the store, interaction, top MLP); dense features
             come from the trace, or seeded random ones when it has none of the right width.
         io_mode: override the config's ``modeled`` / ``paced`` / ``direct``.
-        sla_us: the p99 latency bound for the QPS search (None: skip it).
+        sla_us: the p99 latency bound (recorded; the host model finds the QPS within it).
         request_size: samples per request, or None (see :mod:`sdm.replay.requests`).
         warmup_batches: batches served first but left out of every reported number.
         max_batches: stop after this many measured batches.
@@ -453,9 +474,6 @@ def _replay(tr, st: Store, config, model_name, request_size, warmup, max_batches
     modeled = int(service_ns.sum())
     for t in tiers:
         t["utilization"] = t.get("modeled_ns", 0) / modeled if modeled else 0.0
-    if sla_us is not None and len(service):
-        result.sla = qps_at_sla(service_ns, sla_us)
-        _at_sla(result, _devices(config))
     return result
 
 
@@ -464,18 +482,3 @@ def _diff_list(after: list, before: list | None) -> list:
         return [_diff(a, None) for a in after]
     by_name = {b["name"]: b for b in before}
     return [_diff(a, by_name.get(a["name"])) for a in after]
-
-
-def _at_sla(result: ReplayResult, devices: dict) -> None:
-    """Per tier, the busy share and energy per request when requests arrive at the QPS the
-    SLA allows: busy time per request x QPS; active watts while busy, idle the rest."""
-    qps = result.sla.qps
-    if not math.isfinite(qps) or qps <= 0:
-        return
-    period_ns = 1e9 / qps
-    for t in result.tiers:
-        busy = t.get("modeled_ns", 0) / result.requests
-        t["utilization_at_sla"] = busy / period_ns
-        device = devices.get(t.get("device"))
-        if device is not None:
-            t["energy_j_per_request_at_sla"] = device.energy_j(busy, max(period_ns, busy))

@@ -58,12 +58,12 @@ def replay_markdown(r) -> str:
     ]
     if r.sla is not None:
         s = r.sla
+        at = "" if s.point is None else f"; p{s.percentile:g} there {_us(s.point.latency_us['p99'])}"
         lines += ["## Throughput under the SLA", "",
-                  f"- SLA: p{s.percentile:g} <= {_us(s.sla_us)}; Poisson arrivals, one FCFS queue "
-                  f"over the modeled service times ({s.arrivals:,} simulated arrivals)",
-                  f"- **QPS at SLA: {_qps(r.qps_at_sla)}** requests/s (p{s.percentile:g} there "
-                  f"{_us(s.latency_at_qps_us)}; saturation {_qps(s.saturation_qps)}/s; "
-                  f"utilization {s.utilization:.2f})", ""]
+                  f"- SLA: p{s.percentile:g} <= {_us(s.sla_us)}; the host model (`sdm host`) on host "
+                  f"`{r.host}`: the warm trace's requests as Poisson traffic on its cores and devices",
+                  f"- **QPS at SLA: {_qps(r.qps_at_sla)}** requests/s per host (bottleneck {s.bottleneck}"
+                  f"{at}; zero-load p{s.percentile:g} {_us(s.zero_load_us)})", ""]
     lines += ["## Tiers", "",
               "| tier | device | hits | misses | reads (blocks) | bytes read | read amp. | busy share "
               "| util. at SLA | energy J |",
@@ -82,7 +82,8 @@ def replay_markdown(r) -> str:
 
 def comparison_table(results) -> str:
     """One Markdown row per replay: the ``make run`` table."""
-    rows = ["| config | lookups/s | after 1st request | hit rate | p50 | p99 | QPS at SLA "
+    host = next((r.host for r in results if r.host), None)
+    rows = [f"| config | lookups/s | after 1st request | hit rate | p50 | p99 | QPS at SLA ({host or 'no host'}) "
             "| blocks read (last tier) | read amp. |", "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         lat = r.latency_us

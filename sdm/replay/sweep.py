@@ -49,7 +49,7 @@ from sdm.trace.format import Trace, load
 from sdm.validate import check_int
 
 __all__ = ["SweepPoint", "SweepResult", "sweep", "request_service_ns", "DEFAULT_QUEUE_DEPTH",
-           "parse_size"]
+           "parse_size", "segment_blocks"]
 
 # The presets' queue depths (sdm.store.config): SCM reads and DRAM line reads in flight.
 DEFAULT_QUEUE_DEPTH = HIERARCHY_PRESETS["sdm-nand"].tiers[1].queue_depth
@@ -78,11 +78,15 @@ def parse_size(text) -> int:
 
 
 @jit
-def _segment_blocks(keys, hit, segments, row_bytes, header, block_bytes, blocks):
+def segment_blocks(keys, hit, segments, row_bytes, header, block_bytes, blocks):
     """Per segment (one table of one request, ids ascending): the distinct ``block_bytes``
-    blocks covering the missed rows at ``header + id * row_bytes``."""
+    blocks covering the missed rows at ``header + id * row_bytes``, counted into
+    ``blocks[segment, block % stripes]`` (``blocks`` ``(segments, stripes)`` int64: a tier's
+    blocks striped over ``stripes`` devices by block number; one column for one device)."""
+    stripes = blocks.shape[1]
     for s in range(segments.shape[0] - 1):
-        b = 0
+        for j in range(stripes):
+            blocks[s, j] = 0
         reached = -1
         for i in range(segments[s], segments[s + 1]):
             if hit[i]:
@@ -92,11 +96,10 @@ def _segment_blocks(keys, hit, segments, row_bytes, header, block_bytes, blocks)
             last = (off + row_bytes - 1) // block_bytes
             if first <= reached:
                 first = reached + 1
-            if last >= first:
-                b += last - first + 1
+            for blk in range(first, last + 1):
+                blocks[s, blk % stripes] += 1
             if last > reached:
                 reached = last
-        blocks[s] = b
 
 
 def request_service_ns(stream: KeyStream, hit_mask: np.ndarray, *, row_bytes: int, device,
@@ -117,9 +120,10 @@ def request_service_ns(stream: KeyStream, hit_mask: np.ndarray, *, row_bytes: in
     dev = get_device(device)
     dram = get_device(_CACHE_DEVICE)
     nseg = stream.segments.shape[0] - 1
-    blocks = np.empty(nseg, dtype=np.int64)
-    _segment_blocks(stream.keys, np.ascontiguousarray(hit_mask, dtype=np.bool_), stream.segments,
-                    np.int64(row_bytes), np.int64(HEADER_BYTES), np.int64(dev.access_bytes), blocks)
+    striped = np.empty((nseg, 1), dtype=np.int64)
+    segment_blocks(stream.keys, np.ascontiguousarray(hit_mask, dtype=np.bool_), stream.segments,
+                   np.int64(row_bytes), np.int64(HEADER_BYTES), np.int64(dev.access_bytes), striped)
+    blocks = striped[:, 0]
     lines = -(-row_bytes // dram.access_bytes)
     per_seg = (service_ns_array(dram, stream.segment_lookups * lines, cache_queue_depth)
                + service_ns_array(dev, blocks, queue_depth))

@@ -1,0 +1,371 @@
+"""Request profiles: what each request of a warm replay asks of a host's cores and devices.
+
+:func:`build_profile` serves a trace twice under a hierarchy with the host's DRAM cache:
+the first pass warms the cache and is left out, the second is profiled. Per request of the
+second pass it records
+
+* lookups, distinct rows and DRAM hits (the control plane: ``sdm.simulate`` on the key
+  stream the store's cache sees, :func:`sdm.replay.requests.key_stream`, which a test keeps
+  equal to the live store's counts);
+* its device batches, as the store issues them (tables one after another; per table the
+  SCM reads of its misses, then the DRAM line reads of its lookups from the cache slots),
+  each SCM tier's blocks striped over that tier's devices by block number;
+* its CPU work, measured here on a live store: the thread CPU time of its
+  ``Store.embedding_bags`` call (dedup, probe, pooling, hits and misses as they fall) and,
+  with a DLRM preset, the bottom MLP and the interaction + top MLP at their measured time per
+  sample; all divided by the host's ``core_speed``.
+
+It also reports how fast the hit rate settles: the requests of the two passes after which
+the rest's last half is within 0.01 of the rest's whole.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from sdm.devices import get_device
+from sdm.errors import ConfigError, InvalidArgumentError
+from sdm.formats import check_format, row_bytes as row_bytes_of
+from sdm.host.spec import HostSpec, resolve_host
+from sdm.policies import simulate
+from sdm.replay.live import DEFAULT_DIM, build_store, check_store_tables, make_model
+from sdm.replay.requests import KeyStream, check_request_size, iter_requests, key_stream
+from sdm.replay.sweep import segment_blocks
+from sdm.store.config import HierarchyConfig, resolve_config, with_io_mode, with_options
+from sdm.store.store import Store
+from sdm.tiers.metered import DeviceQueue
+from sdm.tiers.rowfile import HEADER_BYTES
+from sdm.trace.format import Trace, load
+
+__all__ = ["RequestProfile", "Device", "UnsupportedHierarchy", "build_profile", "hit_rate_settles_after", "CONVERGED_WITHIN"]
+
+#: The hit rate has settled when the last half of the requests after a point is within this
+#: of all of them.
+CONVERGED_WITHIN = 0.01
+_MODEL_SAMPLES = 16  # requests whose forward pass is timed to get the MLPs' time per sample
+
+
+class UnsupportedHierarchy(ConfigError):
+    """A hierarchy whose shape the host model does not cover (it names the shapes it does)."""
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device of the host: ``group`` names what it serves (``dram`` or the SCM tier's
+    kind), ``latency_ns`` / ``spacing_ns`` as :class:`~sdm.tiers.metered.DeviceQueue`."""
+
+    name: str
+    group: str
+    latency_ns: float
+    spacing_ns: float
+
+    @property
+    def units(self) -> float:
+        return self.latency_ns / self.spacing_ns
+
+
+@dataclass
+class RequestProfile:
+    """``R`` profiled requests, the arrays :func:`sdm.kernels.hostsim.simulate_host` takes.
+
+    Per request ``(R,)``: ``samples``, ``lookups``, ``distinct`` (rows after dedup per table),
+    ``hits`` (of those, DRAM hits) int64; ``cpu_emb_ns``, ``cpu_bottom_ns``, ``cpu_top_ns``
+    float64 (already divided by the host's core speed). Batches: ``batch_ptr`` ``(R + 1,)``,
+    ``batch_qd`` ``(nb,)``, ``sub_ptr`` ``(nb + 1,)``, ``sub_dev`` / ``sub_reads`` ``(ns,)``
+    int64. ``devices``: index -> :class:`Device`. ``settles_after``: requests (of both passes)
+    the hit rate took to settle, None if it did not; ``live_hits``: the live store's cache hits
+    over the profiled pass (None without a cache), equal to ``hits.sum()`` when the control
+    plane and the store agree.
+    """
+
+    trace: str
+    config: str
+    host: HostSpec
+    io_mode: str
+    model: str | None
+    row_bytes: int
+    cache_bytes: int | None
+    samples: np.ndarray
+    lookups: np.ndarray
+    distinct: np.ndarray
+    hits: np.ndarray
+    cpu_emb_ns: np.ndarray
+    cpu_bottom_ns: np.ndarray
+    cpu_top_ns: np.ndarray
+    batch_ptr: np.ndarray
+    batch_qd: np.ndarray
+    sub_ptr: np.ndarray
+    sub_dev: np.ndarray
+    sub_reads: np.ndarray
+    devices: list
+    settles_after: int | None
+    live_hits: int | None
+    bottom_ns_per_sample: float = 0.0
+    top_ns_per_sample: float = 0.0
+
+    @property
+    def requests(self) -> int:
+        return int(self.samples.shape[0])
+
+    @property
+    def hit_rate(self) -> float:
+        """DRAM hits over distinct rows read (the share ``sdm replay`` reports); 1 for ``dram``."""
+        total = int(self.distinct.sum())
+        return float(self.hits.sum()) / total if total else 0.0
+
+    def reads_per_request(self) -> np.ndarray:
+        """``(D,)`` float64 mean block reads per request on each device."""
+        out = np.zeros(len(self.devices))
+        np.add.at(out, self.sub_dev, self.sub_reads)
+        return out / max(self.requests, 1)
+
+    def cpu_ns_per_request(self) -> float:
+        return float((self.cpu_emb_ns + self.cpu_bottom_ns + self.cpu_top_ns).mean())
+
+    def summary(self) -> dict:
+        reads = self.reads_per_request()
+        return {"requests": self.requests, "samples_per_request": float(self.samples.mean()),
+                "lookups_per_request": float(self.lookups.mean()),
+                "distinct_rows_per_request": float(self.distinct.mean()), "hit_rate": self.hit_rate,
+                "cache_bytes": self.cache_bytes, "settles_after_requests": self.settles_after,
+                "live_hits": self.live_hits, "profiled_hits": int(self.hits.sum()),
+                "cpu_us_per_request": {"embeddings": float(self.cpu_emb_ns.mean()) / 1e3,
+                                       "bottom_mlp": float(self.cpu_bottom_ns.mean()) / 1e3,
+                                       "interaction_top_mlp": float(self.cpu_top_ns.mean()) / 1e3},
+                "mlp_us_per_sample": {"bottom": self.bottom_ns_per_sample / 1e3,
+                                      "interaction_top": self.top_ns_per_sample / 1e3},
+                "devices": [{"name": d.name, "group": d.group, "latency_us": d.latency_ns / 1e3,
+                             "units": d.units, "reads_per_request": float(reads[i])}
+                            for i, d in enumerate(self.devices)]}
+
+
+def hit_rate_settles_after(hits, rows, *, within: float = CONVERGED_WITHIN, steps: int = 64) -> int | None:
+    """The first request ``k`` (on a grid of ``steps``) after which the hit rate of the last
+    half of requests ``k:`` is within ``within`` of that of all of them; None if none is.
+
+    ``hits``, ``rows``: ``(R,)`` per request DRAM hits and distinct rows read."""
+    hits = np.asarray(hits, dtype=np.float64)
+    rows = np.asarray(rows, dtype=np.float64)
+    n = hits.shape[0]
+    ch, cr = np.concatenate(([0.0], np.cumsum(hits))), np.concatenate(([0.0], np.cumsum(rows)))
+    for k in sorted({int(i) for i in np.linspace(0, n - 2, steps)} if n >= 2 else ()):
+        mid = k + (n - k) // 2
+        whole, half = cr[n] - cr[k], cr[n] - cr[mid]
+        if whole <= 0 or half <= 0:
+            continue
+        if abs((ch[n] - ch[mid]) / half - (ch[n] - ch[k]) / whole) <= within:
+            return k
+    return None
+
+
+def _shape(config: HierarchyConfig) -> tuple:
+    """``(cache tier or None, SCM tier or None, DRAM tier config)`` of a supported hierarchy."""
+    kinds = [t.kind for t in config.tiers]
+    if config.pooled_cache_bytes or config.placement is not None:
+        raise UnsupportedHierarchy(f"hierarchy {config.name!r}: the host model does not model a pooled-embedding "
+                          f"cache or a placement; use a hierarchy without them")
+    if kinds == ["dram"]:
+        return None, None, config.tiers[0]
+    if kinds == ["cache", "mmap"]:
+        return config.tiers[0], config.tiers[1], config.tiers[0]
+    raise UnsupportedHierarchy(f"hierarchy {config.name!r} has tiers {kinds}; the host model covers ['dram'] and "
+                      f"['cache', 'mmap'] (the dram, sdm-nand and sdm-3dxp shapes)")
+
+
+def _dram_device(tier, host: HostSpec):
+    dev = get_device(tier.device)
+    if host.dram_bandwidth_gbps is None:
+        return dev
+    return dataclasses.replace(dev, read_bandwidth_gbps=host.dram_bandwidth_gbps,
+                               max_read_iops=host.dram_bandwidth_gbps * 1e9 / dev.access_bytes)
+
+
+def _device(spec, group: str, index: int | None = None) -> Device:
+    q = DeviceQueue(spec)
+    name = spec.name if index is None else f"{spec.name}#{index}"
+    return Device(name, group, q.latency_ns, q.spacing_ns)
+
+
+def _host_config(config: HierarchyConfig, host: HostSpec, table_bytes: int) -> HierarchyConfig:
+    """``config`` with the host's DRAM cache size and SCM device."""
+    cache, scm, _ = _shape(config)
+    if cache is not None:
+        size = host.dram_cache_bytes
+        if host.dram_cache_fraction is not None:
+            size = max(1, int(host.dram_cache_fraction * table_bytes))
+        if size is not None:
+            config = with_options(config, cache_bytes=size)
+    if scm is not None and host.scm and host.scm[0].device is not None:
+        tiers = (config.tiers[0], dataclasses.replace(config.tiers[1], device=host.scm[0].device))
+        config = dataclasses.replace(config, tiers=tiers)
+    return config
+
+
+def _batches(stream: KeyStream, mask, config: HierarchyConfig, host: HostSpec, row_bytes: int):
+    """The batch arrays of :class:`RequestProfile` and the devices they index."""
+    cache, scm, dram_tier = _shape(config)
+    devices = [_device(_dram_device(dram_tier, host), "dram")]
+    nseg = stream.segments.shape[0] - 1
+    count = host.scm[0].count if host.scm else 1
+    if scm is not None:
+        spec = get_device(scm.device)
+        if config.io_mode == "direct":
+            if host.direct_device is None:
+                raise ConfigError(f"host {host.name!r} has no direct_device: direct IO reads a real disk, "
+                                  f"so the model needs its calibration (sdm devices calibrate DIR -o "
+                                  f"disk.toml, then --disk disk.toml)")
+            spec = host.direct_device
+        devices += [_device(spec, scm.kind, i if count > 1 else None) for i in range(count)]
+        blocks = np.empty((nseg, count), dtype=np.int64)
+        segment_blocks(stream.keys, mask, stream.segments, np.int64(row_bytes), np.int64(HEADER_BYTES),
+                       np.int64(spec.access_bytes), blocks)
+    else:
+        blocks = np.zeros((nseg, 0), dtype=np.int64)
+    lines = -(-row_bytes // get_device(dram_tier.device).access_bytes)
+    dram_reads = stream.segment_lookups * lines
+    # Per segment: one SCM batch when it misses (its parts: the devices it reads), then one
+    # DRAM batch when it looks anything up.
+    has_scm = blocks.sum(axis=1) > 0 if count else np.zeros(nseg, dtype=bool)
+    # Direct IO waits for the real disk only; the DRAM model's time is not waited for, and the
+    # real DRAM time is inside the measured CPU time.
+    has_dram = (dram_reads > 0) & (config.io_mode != "direct")
+    per_seg = has_scm.astype(np.int64) + has_dram
+    seg_ptr = np.concatenate(([0], np.cumsum(per_seg)))
+    batch_qd, parts_dev, parts_reads, parts_len = [], [], [], []
+    for s in range(nseg):  # a Python loop over segments: profiles are built once
+        if has_scm[s]:
+            used = np.flatnonzero(blocks[s])
+            batch_qd.append(scm.queue_depth)
+            parts_dev.append(used + 1)
+            parts_reads.append(blocks[s, used])
+            parts_len.append(used.shape[0])
+        if has_dram[s]:
+            batch_qd.append(dram_tier.queue_depth)
+            parts_dev.append(np.zeros(1, dtype=np.int64))
+            parts_reads.append(dram_reads[s:s + 1])
+            parts_len.append(1)
+    tables = stream.num_tables
+    batch_ptr = seg_ptr[::tables].astype(np.int64)
+    sub_ptr = np.concatenate(([0], np.cumsum(parts_len))).astype(np.int64)
+
+    def cat(parts):
+        return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
+
+    return (batch_ptr, np.asarray(batch_qd, dtype=np.int64), sub_ptr, cat(parts_dev), cat(parts_reads),
+            devices)
+
+
+def _measure_cpu(tr, store_path, config, request_size, model, seed):
+    """``(emb_ns (R,), live hits or None, bottom ns/sample, top ns/sample)``: the second of two
+    passes over a live store (modeled IO), each request's ``embedding_bags`` timed in thread
+    CPU time; with a model, its MLPs timed over the first requests' forward passes."""
+    with Store.open(store_path, config=with_io_mode(config, "modeled")) as st:
+        names = check_store_tables(st, tr.table_sizes)
+        reqs = list(iter_requests(tr, request_size))
+        bags = [{n: (ix, of) for n, ix, of in zip(names, r.indices, r.offsets)} for r in reqs]
+        for b in bags:
+            st.embedding_bags(b)
+        before = st.stats()["tiers"][0]
+        emb = np.empty(len(bags), dtype=np.float64)
+        for i, b in enumerate(bags):
+            t0 = time.thread_time_ns()
+            st.embedding_bags(b)
+            emb[i] = time.thread_time_ns() - t0
+        after = st.stats()["tiers"][0]
+        live = after["hits"] - before["hits"] if after.get("kind") == "cache" else None
+        bottom = top = 0.0
+        if model is not None:
+            net = make_model(model, st, seed)
+            try:
+                rng = np.random.default_rng([seed, 17])
+                samples = 0
+                for r in reqs[:_MODEL_SAMPLES]:
+                    dense = rng.random((r.samples, net.num_dense), dtype=np.float32)
+                    _, times = net.forward_profiled(dense, list(zip(r.indices, r.offsets)), embeddings=st,
+                                                    overlap=False)
+                    bottom += times.bottom_s
+                    top += times.interaction_s + times.top_s
+                    samples += r.samples
+            finally:
+                net.close()
+            bottom, top = bottom * 1e9 / max(samples, 1), top * 1e9 / max(samples, 1)
+    return emb, live, bottom, top
+
+
+def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str | None = None,
+                  dim: int = DEFAULT_DIM, fmt: str = "fp32", request_size: int | None = None,
+                  store=None, seed: int = 0, workdir=None, disk=None) -> RequestProfile:
+    """Profile every request of ``trace`` (warm: its second pass) under ``config`` on ``host``.
+
+    Args:
+        trace: a trace path or an open :class:`sdm.trace.Trace`.
+        config: a hierarchy (preset, TOML, :class:`HierarchyConfig`) of the ``dram`` or
+            ``cache`` + ``mmap`` shape; its ``io_mode`` picks the SCM device in ``direct``
+            mode (the host's ``direct_device``).
+        host: a host (:func:`sdm.host.spec.resolve_host`); ``disk`` goes to ``this-machine``.
+        model: a DLRM preset (its dim wins over ``dim``): also profile the MLPs.
+        store: an existing store matching the trace's tables; None builds one (``dim``, ``fmt``).
+
+    Raises:
+        ConfigError: an unsupported hierarchy or host. InvalidArgumentError: an empty trace.
+    """
+    host = resolve_host(host, disk=disk)
+    config = resolve_config(config)
+    request_size = check_request_size(request_size)
+    if model is not None:
+        from sdm.model import get_preset
+
+        dim = get_preset(model).dim
+    fmt = check_format(fmt)
+    rb = row_bytes_of(fmt, int(dim))
+    tr = trace if isinstance(trace, Trace) else load(trace)
+    try:
+        table_bytes = int(np.sum(np.asarray(tr.table_sizes, dtype=np.int64))) * rb
+        config = _host_config(config, host, table_bytes)
+        cache, _, _ = _shape(config)
+        stream = key_stream(tr, request_size)
+        n_keys, R = stream.keys.shape[0], stream.num_requests
+        if R == 0:
+            raise InvalidArgumentError("the trace has no requests to profile")
+        distinct = np.diff(stream.segments[::stream.num_tables])
+        if cache is not None:
+            rows = (cache.capacity_bytes // rb) if cache.capacity_bytes is not None else cache.capacity_rows
+            twice = np.concatenate((stream.keys, stream.keys))
+            sim = simulate(twice, policy=cache.policy, capacity=max(1, int(rows)),
+                           admission=cache.admission, return_mask=True)
+            mask = np.ascontiguousarray(sim.hit_mask[n_keys:])
+            ends = np.concatenate(([0], np.cumsum(sim.hit_mask, dtype=np.int64)))
+            starts = stream.segments[::stream.num_tables]  # (R + 1,) each request's first key
+            per_request = np.concatenate((ends[starts[1:]] - ends[starts[:-1]],
+                                          ends[n_keys + starts[1:]] - ends[n_keys + starts[:-1]]))
+            hits = per_request[R:]
+            settles = hit_rate_settles_after(per_request, np.concatenate((distinct, distinct)))
+            cache_bytes = rows * rb
+        else:
+            mask = np.ones(n_keys, dtype=np.bool_)
+            hits = distinct.copy()
+            settles, cache_bytes = 0, None
+        batches = _batches(stream, mask, config, host, rb)
+        with tempfile.TemporaryDirectory(prefix="sdm-host-", dir=workdir) as tmp:
+            path = store if store is not None else build_store(os.path.join(tmp, "store"), tr.table_sizes,
+                                                               dim=dim, fmt=fmt, seed=seed, progress=False)
+            emb, live, bottom, top = _measure_cpu(tr, path, config, request_size, model, seed)
+    finally:
+        if tr is not trace:
+            tr.close()
+    speed = host.core_speed
+    samples = stream.samples.astype(np.int64)
+    return RequestProfile(
+        trace=str(getattr(tr, "path", trace)), config=config.name, host=host, io_mode=config.io_mode,
+        model=model, row_bytes=rb, cache_bytes=cache_bytes, samples=samples,
+        lookups=stream.lookups.astype(np.int64), distinct=distinct.astype(np.int64), hits=hits.astype(np.int64),
+        cpu_emb_ns=emb / speed, cpu_bottom_ns=samples * bottom / speed, cpu_top_ns=samples * top / speed,
+        batch_ptr=batches[0], batch_qd=batches[1], sub_ptr=batches[2], sub_dev=batches[3],
+        sub_reads=batches[4], devices=batches[5], settles_after=settles, live_hits=live,
+        bottom_ns_per_sample=bottom / speed, top_ns_per_sample=top / speed)

@@ -1,0 +1,209 @@
+"""The host simulation over a request profile: latency against load, QPS at an SLA, the bottleneck.
+
+:class:`HostSimulation` holds a :class:`~sdm.host.profile.RequestProfile` and one seeded
+stream of unit-mean exponential gaps; a rate ``lambda`` scales the same gaps by
+``1 / lambda`` (common random numbers), so latency grows with the rate and a bisection on it
+is well defined. Each run is :func:`sdm.kernels.hostsim.simulate_host` over ``arrivals``
+requests cycling the profile in trace order; the first ``warmup`` share of them is left out
+of the percentiles (the host starts empty).
+
+Utilization is busy time over the span of the arrivals: core busy time over ``cores x span``;
+a device's time held, the time its first-come-first-served order ran ahead of the clock, over
+the span (1 = saturated). A device held is reads x spacing when batches keep its units full;
+a batch whose waves leave units idle holds it for its whole span, which is how the shared
+device model (:mod:`sdm.kernels.devqueue`) saturates on it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from sdm.errors import InvalidArgumentError
+from sdm.host.profile import RequestProfile
+from sdm.kernels.hostsim import simulate_host
+from sdm.replay.queueing import PERCENTILES, SlaError, check_sla_us
+from sdm.validate import check_int, check_number
+
+__all__ = ["HostSimulation", "SimPoint", "SlaPoint", "DEFAULT_ARRIVALS", "LATENCY_FLOOR", "BUSY"]
+
+DEFAULT_ARRIVALS = 100_000
+LATENCY_FLOOR = "latency floor"
+_WARMUP = 0.02
+#: Below this utilization of every resource at the QPS at the SLA, no resource limits the
+#: rate: the zero-load latency is so close to the SLA that little queueing breaks it.
+BUSY = 0.5
+
+
+@dataclass
+class SimPoint:
+    """One offered rate: ``latency_us`` (``p50 p95 p99 p999``), ``utilization`` (``cores``,
+    then per device group the busiest device's), ``device_utilization`` per device."""
+
+    offered_qps: float
+    latency_us: dict
+    utilization: dict
+    device_utilization: dict
+    achieved_qps: float
+
+    def to_json(self) -> dict:
+        return {"offered_qps": self.offered_qps, "achieved_qps": self.achieved_qps,
+                "latency_us": dict(self.latency_us), "utilization": dict(self.utilization),
+                "device_utilization": dict(self.device_utilization)}
+
+
+@dataclass
+class SlaPoint:
+    """The QPS at the SLA: the highest rate whose ``percentile`` stays within ``sla_us``, the
+    point simulated there, the zero-load latency and the resource that limits the rate."""
+
+    sla_us: float
+    percentile: float
+    qps: float
+    zero_load_us: float
+    saturation_qps: float
+    bottleneck: str
+    point: SimPoint | None
+
+    @property
+    def reason(self) -> str:
+        """Why the QPS is what it is, in words."""
+        if self.bottleneck == LATENCY_FLOOR and self.qps == 0:
+            return (f"SLA {self.sla_us:g} us is below the p{self.percentile:g} latency of "
+                    f"{self.zero_load_us:,.1f} us per request at zero load; no request rate meets it")
+        if self.bottleneck == LATENCY_FLOOR:
+            return (f"the p{self.percentile:g} at zero load, {self.zero_load_us:,.1f} us, is "
+                    f"{self.zero_load_us / self.sla_us:.0%} of the SLA: a little queueing breaks it while "
+                    f"no resource is {BUSY:.0%} busy")
+        return f"p{self.percentile:g} reaches the SLA at this rate; the busiest resource is {self.bottleneck}"
+
+    def to_json(self) -> dict:
+        return {"sla_us": self.sla_us, "percentile": self.percentile, "qps": self.qps, "reason": self.reason,
+                "zero_load_us": self.zero_load_us,
+                "saturation_qps": None if not math.isfinite(self.saturation_qps) else self.saturation_qps,
+                "bottleneck": self.bottleneck, "point": None if self.point is None else self.point.to_json()}
+
+
+def _groups(profile: RequestProfile) -> dict:
+    """Resource name -> device indices: ``dram bandwidth``, then each SCM tier's devices."""
+    out: dict = {}
+    for i, d in enumerate(profile.devices):
+        out.setdefault("dram bandwidth" if d.group == "dram" else f"{d.group} tier", []).append(i)
+    return out
+
+
+class HostSimulation:
+    """Simulations of one host over ``profile``: ``cores`` (default the profile's host's) and
+    at most ``workers`` requests in service at once (None: no limit, as a host whose every
+    request has a thread)."""
+
+    def __init__(self, profile: RequestProfile, *, arrivals: int = DEFAULT_ARRIVALS, seed: int = 0,
+                 cores: int | None = None, workers: int | None = None, warmup: float = _WARMUP):
+        self.profile = profile
+        self.n = check_int(arrivals, "arrivals (simulated requests)", lo=1, hi=100_000_000)
+        self.cores = profile.host.cores if cores is None else check_int(cores, "cores", lo=1)
+        self.workers = 0 if workers is None else check_int(workers, "workers", lo=1, hi=1_000_000)
+        self.warmup = check_number(warmup, "warmup (share of arrivals left out)", lo=0, hi=1, hi_open=True)
+        self.gaps = np.cumsum(np.random.default_rng(seed).standard_exponential(self.n))
+        self.gaps -= self.gaps[0]
+        self.latency_ns = np.empty(self.n)
+        self.reads = np.zeros(len(profile.devices), dtype=np.int64)
+        self.busy = np.zeros(len(profile.devices) + 1)
+        p = profile
+        self._args = (np.int64(p.requests), p.cpu_emb_ns, p.cpu_bottom_ns, p.cpu_top_ns, p.batch_ptr,
+                      p.batch_qd, p.sub_ptr, p.sub_dev, p.sub_reads,
+                      np.array([d.latency_ns for d in p.devices]), np.array([d.spacing_ns for d in p.devices]))
+        self.groups = _groups(profile)
+        self.runs = 0  # simulations run so far
+        self._load_kernel()
+
+    def _load_kernel(self) -> None:
+        """Compile (or load) the kernel on one toy arrival, so no timed run pays for it."""
+        simulate_host(np.zeros(1), *self._args, np.int64(1), np.int64(0), np.empty(1), self.reads.copy(),
+                      self.busy.copy())
+
+    # -- one rate ----------------------------------------------------------------------
+
+    def run(self, rate_per_s: float) -> np.ndarray:
+        """Latency (ns) of every arrival at ``rate_per_s``, warm-up included ``(N,)``."""
+        arrivals = self.gaps * (1e9 / rate_per_s)
+        self.runs += 1
+        self.last_ns = simulate_host(arrivals, *self._args, np.int64(self.cores),
+                                     np.int64(self.workers), self.latency_ns, self.reads,
+                                     self.busy)
+        self.span_ns = max(float(arrivals[-1]), 1.0)
+        return self.latency_ns
+
+    def measured(self) -> np.ndarray:
+        return self.latency_ns[int(self.warmup * self.n):]
+
+    def point(self, rate_per_s: float) -> SimPoint:
+        rate = check_number(rate_per_s, "rate (requests/s)", lo=0, lo_open=True)
+        self.run(rate)
+        lat = np.percentile(self.measured(), list(PERCENTILES.values()))
+        util = {"cores": float(self.busy[-1]) / (self.cores * self.span_ns)}
+        per_device = {d.name: float(self.busy[i]) / self.span_ns for i, d in enumerate(self.profile.devices)}
+        for name, idx in self.groups.items():
+            util[name] = max(float(self.busy[i]) / self.span_ns for i in idx)
+        achieved = self.n / (self.last_ns - 0.0) * 1e9 if self.last_ns > 0 else 0.0
+        return SimPoint(rate, {k: float(v) / 1e3 for k, v in zip(PERCENTILES, lat)}, util, per_device, achieved)
+
+    def percentile_ns(self, rate_per_s: float, q: float) -> float:
+        self.run(rate_per_s)
+        return float(np.percentile(self.measured(), q))
+
+    # -- capacity and the SLA -----------------------------------------------------------
+
+    def demand_ns(self) -> dict:
+        """Resource name -> work per request (ns): core time / cores, device work per device."""
+        p = self.profile
+        out = {"cores": p.cpu_ns_per_request() / self.cores}
+        reads = p.reads_per_request()
+        for name, idx in self.groups.items():
+            out[name] = max(reads[i] * p.devices[i].spacing_ns for i in idx)
+        return out
+
+    def saturation_qps(self) -> float:
+        """The rate at which the busiest resource is saturated (inf when requests cost nothing)."""
+        worst = max(self.demand_ns().values())
+        return 1e9 / worst if worst > 0 else math.inf
+
+    def qps_at_sla(self, sla_us, *, percentile: float = 99.0, rtol: float = 1e-3) -> SlaPoint:
+        """Bisection for the highest rate whose ``percentile`` latency is within ``sla_us``.
+
+        Raises:
+            SlaError: ``sla_us`` not a number > 0.
+        """
+        sla_us = check_sla_us(sla_us)
+        if not 0.0 < float(percentile) < 100.0:
+            raise InvalidArgumentError(f"percentile must be in (0, 100), got {percentile!r}")
+        sla_ns = sla_us * 1e3
+        saturation = self.saturation_qps()
+        if not math.isfinite(saturation):
+            return SlaPoint(sla_us, percentile, math.inf, 0.0, saturation, "none: requests cost nothing", None)
+        # zero load: a rate so low that no two requests overlap
+        zero = self.percentile_ns(saturation * 1e-6, percentile)
+        if zero > sla_ns:
+            return SlaPoint(sla_us, percentile, 0.0, zero / 1e3, saturation, LATENCY_FLOOR, None)
+        lo, hi = 0.0, saturation
+        while self.percentile_ns(hi, percentile) <= sla_ns:  # a finite run may fit past saturation
+            lo, hi = hi, hi * 2.0
+            if hi > 1e6 * saturation:
+                raise SlaError(f"SLA {sla_us:g} us is met even at {hi:.3g} requests/s; it does not bound the rate")
+        while hi - lo > rtol * hi:
+            mid = 0.5 * (lo + hi)
+            if self.percentile_ns(mid, percentile) <= sla_ns:
+                lo = mid
+            else:
+                hi = mid
+        point = self.point(lo) if lo > 0 else None
+        return SlaPoint(sla_us, percentile, lo, zero / 1e3, saturation, self.bottleneck(point), point)
+
+    def bottleneck(self, point: SimPoint | None) -> str:
+        """The busiest resource at ``point``: ``cores``, ``dram bandwidth`` or ``<tier> tier``;
+        the latency floor when there is no point or no resource is :data:`BUSY` busy."""
+        if point is None or max(point.utilization.values()) < BUSY:
+            return LATENCY_FLOOR
+        return max(point.utilization, key=point.utilization.get)

@@ -1,0 +1,233 @@
+"""Discrete-event simulation of one serving host: requests on C cores and shared devices.
+
+A request ``n`` arrives at ``arrivals[n]`` and is an instance of profiled request
+``r = n % R``. It has up to three CPU tasks and one chain of device batches:
+
+* its embedding task (``cpu_emb[r]``: dedup, probe, pooling) and, with a DLRM, its bottom
+  MLP (``cpu_bottom[r]``) are queued for a core at arrival, in that order;
+* when the embedding task ends, its device batches are issued one after another (the store
+  serves a request's tables in turn): batch ``b`` reads ``sub_reads[k]`` blocks from device
+  ``sub_dev[k]`` for ``k`` in ``sub_ptr[b]:sub_ptr[b+1]`` (a tier's blocks striped over its
+  devices), ``batch_qd[b]`` in flight per device, queued on each device first come first
+  served (:func:`sdm.kernels.devqueue.batch_span`); the next batch is issued when the last
+  read of this one completes;
+* when both the reads and the bottom MLP are done, its top task (``cpu_top[r]``:
+  interaction and top MLP) is queued; the request completes when that ends.
+
+Cores take CPU tasks first come first served, one task per core at a time; a task of zero
+time needs no core and waits for none. Events are processed in time order, ties in the order they were made,
+so a run is a deterministic function of its inputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sdm.kernels.devqueue import batch_span
+from sdm.kernels.jit import jit
+
+__all__ = ["simulate_host"]
+
+_ARRIVAL = 0
+_CPU_DONE = 1  # a task that held a core
+_FREE_DONE = 2  # a task of zero time
+_READS_DONE = 3
+
+
+@jit
+def _before(h_time, h_seq, i, j):
+    """Whether heap entry ``i`` comes before ``j``: earlier, or as early and made first."""
+    return h_time[i] < h_time[j] or (h_time[i] == h_time[j] and h_seq[i] < h_seq[j])
+
+
+@jit
+def _swap(h_time, h_seq, h_kind, h_arg, i, j):
+    h_time[i], h_time[j] = h_time[j], h_time[i]
+    h_seq[i], h_seq[j] = h_seq[j], h_seq[i]
+    h_kind[i], h_kind[j] = h_kind[j], h_kind[i]
+    h_arg[i], h_arg[j] = h_arg[j], h_arg[i]
+
+
+@jit
+def _push(h_time, h_seq, h_kind, h_arg, size, seq, t, kind, arg):
+    """Push onto the binary min-heap keyed (time, seq); returns the new size."""
+    i = size
+    h_time[i], h_seq[i], h_kind[i], h_arg[i] = t, seq, kind, arg
+    while i > 0:
+        parent = (i - 1) >> 1
+        if _before(h_time, h_seq, parent, i):
+            break
+        _swap(h_time, h_seq, h_kind, h_arg, i, parent)
+        i = parent
+    return size + 1
+
+
+@jit
+def _pop(h_time, h_seq, h_kind, h_arg, size):
+    """Remove the heap's top into slot ``size - 1`` (read it there); returns the new size."""
+    last = size - 1
+    _swap(h_time, h_seq, h_kind, h_arg, 0, last)
+    i = 0
+    while True:
+        child = 2 * i + 1
+        if child >= last:
+            break
+        if child + 1 < last and _before(h_time, h_seq, child + 1, child):
+            child += 1
+        if _before(h_time, h_seq, i, child):
+            break
+        _swap(h_time, h_seq, h_kind, h_arg, i, child)
+        i = child
+    return last
+
+
+@jit
+def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_ptr, batch_qd, sub_ptr,
+                  sub_dev, sub_reads, dev_latency, dev_spacing, cores, workers, latency_out,
+                  dev_reads_out, dev_busy_out):
+    """Run the host of this module's docstring over ``N`` arrivals.
+
+    Args:
+        arrivals: ``(N,)`` float64 ns, nondecreasing.
+        num_profiles: ``R``; arrival ``n`` is profiled request ``n % R``.
+        cpu_emb, cpu_bottom, cpu_top: ``(R,)`` float64 ns of each CPU task (0: none).
+        batch_ptr: ``(R + 1,)`` int64 CSR of each request's batches into ``batch_qd``.
+        batch_qd: ``(nb,)`` int64 reads in flight per device, >= 1.
+        sub_ptr: ``(nb + 1,)`` int64 CSR of each batch's per-device parts.
+        sub_dev, sub_reads: ``(ns,)`` int64 device index and block reads of each part.
+        dev_latency, dev_spacing: ``(D,)`` float64 ns: each device's read latency and work
+            per read (:class:`sdm.tiers.metered.DeviceQueue`).
+        cores: C >= 1.
+        workers: at most this many requests in service at once, the others waiting first come
+            first served for one (their wait counts in their latency); <= 0: no limit.
+        latency_out: ``(N,)`` float64 out: completion minus arrival, ns.
+        dev_reads_out: ``(D,)`` int64 out: reads each device served.
+        dev_busy_out: ``(D + 1,)`` float64 out: ``[:D]`` how long each device was held (its
+            FCFS order ahead of the clock, ns), ``[D]`` the cores' busy time (ns).
+
+    Returns:
+        When the last request completed (ns).
+    """
+    n_req = arrivals.shape[0]
+    n_dev = dev_latency.shape[0]
+    cap = 2 * n_req + cores + 2  # pending events: one arrival, two per request, one per core
+    h_time = np.empty(cap, dtype=np.float64)
+    h_seq = np.empty(cap, dtype=np.int64)
+    h_kind = np.empty(cap, dtype=np.int64)
+    h_arg = np.empty(cap, dtype=np.int64)
+    fifo = np.empty(3 * n_req + 1, dtype=np.int64)  # CPU tasks in the order they became ready
+    head = 0
+    tail = 0
+    work = np.zeros(n_dev, dtype=np.float64)  # when each device's queued work ends
+    pending = np.zeros(n_req, dtype=np.int64)  # branches (reads, bottom MLP) still running
+    next_batch = np.zeros(n_req, dtype=np.int64)
+    waiting = np.empty(n_req, dtype=np.int64)  # arrivals waiting for a worker
+    w_head = 0
+    w_tail = 0
+    active = 0
+    dev_reads_out[:] = 0
+    dev_busy_out[:] = 0.0
+    idle = cores
+    size = 0
+    seq = 0
+    last_done = 0.0
+    if n_req > 0:
+        size = _push(h_time, h_seq, h_kind, h_arg, size, seq, arrivals[0], _ARRIVAL, 0)
+        seq += 1
+    while size > 0:
+        size = _pop(h_time, h_seq, h_kind, h_arg, size)
+        now, kind, arg = h_time[size], h_kind[size], h_arg[size]
+        ready = -1  # tasks this event makes ready (n * 3 + stage), queued for a core below
+        ready2 = -1
+        issue = -1  # the request whose next batch this event issues
+        begin = -1  # the request a worker starts serving now
+        if kind == _ARRIVAL:
+            n = arg
+            if n + 1 < n_req:
+                size = _push(h_time, h_seq, h_kind, h_arg, size, seq, arrivals[n + 1], _ARRIVAL, n + 1)
+                seq += 1
+            if workers <= 0 or active < workers:
+                begin = n
+                active += 1
+            else:
+                waiting[w_tail] = n
+                w_tail += 1
+        elif kind == _READS_DONE:
+            issue = arg
+            next_batch[arg] += 1
+        else:
+            if kind == _CPU_DONE:
+                idle += 1
+            n = arg // 3
+            stage = arg - 3 * n
+            if stage == 0:
+                issue = n
+                next_batch[n] = 0
+            elif stage == 1:
+                pending[n] -= 1
+                if pending[n] == 0:
+                    ready = 3 * n + 2
+            else:
+                latency_out[n] = now - arrivals[n]
+                last_done = max(last_done, now)
+                active -= 1
+                if w_head < w_tail:
+                    begin = waiting[w_head]
+                    w_head += 1
+                    active += 1
+        if begin >= 0:
+            has_bottom = cpu_bottom[begin % num_profiles] > 0.0
+            pending[begin] = 2 if has_bottom else 1
+            ready = 3 * begin
+            if has_bottom:
+                ready2 = 3 * begin + 1
+        if issue >= 0:
+            n = issue
+            r = n % num_profiles
+            b = batch_ptr[r] + next_batch[n]
+            if b < batch_ptr[r + 1]:
+                done = 0.0
+                for k in range(sub_ptr[b], sub_ptr[b + 1]):
+                    d = sub_dev[k]
+                    t, w = batch_span(max(work[d] - now, 0.0), sub_reads[k], batch_qd[b],
+                                      dev_latency[d], dev_spacing[d])
+                    held = max(work[d], now + w)
+                    # busy time is how far the device's FCFS order moved on: reads x spacing
+                    # when the batch keeps the units full, its whole span when its waves leave
+                    # units idle (the model gives those to no later request)
+                    dev_busy_out[d] += held - max(work[d], now)
+                    work[d] = held
+                    done = max(done, t)
+                    dev_reads_out[d] += sub_reads[k]
+                size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now + done, _READS_DONE, n)
+                seq += 1
+            else:
+                pending[n] -= 1
+                if pending[n] == 0:
+                    ready = 3 * n + 2
+        # A task of zero time ends at once, needing no core; the others queue for one.
+        for task in (ready, ready2):
+            if task < 0:
+                continue
+            n = task // 3
+            stage = task - 3 * n
+            r = n % num_profiles
+            cost = cpu_emb[r] if stage == 0 else (cpu_bottom[r] if stage == 1 else cpu_top[r])
+            if cost <= 0.0:
+                size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now, _FREE_DONE, task)
+                seq += 1
+            else:
+                fifo[tail] = task
+                tail += 1
+        while head < tail and idle > 0:
+            task = fifo[head]
+            head += 1
+            n = task // 3
+            stage = task - 3 * n
+            r = n % num_profiles
+            cost = cpu_emb[r] if stage == 0 else (cpu_bottom[r] if stage == 1 else cpu_top[r])
+            idle -= 1
+            dev_busy_out[n_dev] += cost
+            size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now + cost, _CPU_DONE, task)
+            seq += 1
+    return last_done

@@ -1,0 +1,112 @@
+"""A slow, obviously-correct host simulator: the peer of sdm.kernels.hostsim.simulate_host.
+
+Plain Python over ``heapq``: every event is ``(time, sequence, what)``; CPU tasks wait in a
+``deque`` for a core; every device read goes through the device queue's own per-read loop
+(:func:`sdm.kernels.devqueue.queue_reads`, itself checked against the static device model),
+not the closed form the kernel uses.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+
+import numpy as np
+
+from sdm.kernels.devqueue import queue_reads
+
+
+def simulate(arrivals, requests, devices, cores, workers=0):
+    """Latency (ns) of each arrival.
+
+    ``requests``: a list of profiled requests, arrival ``n`` being ``requests[n % R]``; each a
+    dict ``{"emb": ns, "bottom": ns, "top": ns, "batches": [(queue_depth, [(device, reads),
+    ...]), ...]}``. ``devices``: ``[(latency_ns, spacing_ns), ...]``.
+    """
+    seq = itertools.count()
+    events = []
+    latency = np.zeros(len(arrivals))
+    work = [np.zeros(1) for _ in devices]
+    lanes = np.empty(4096)
+    scratch = np.zeros(1)
+    idle = cores
+    ready = deque()  # CPU tasks (request, stage) in the order they became ready
+    waiting = deque()  # arrivals waiting for a worker
+    active = 0
+    left = {}  # request -> branches (reads, bottom) still running
+    step = {}  # request -> index of the batch in flight
+
+    def at(t, what):
+        heapq.heappush(events, (t, next(seq), what))
+
+    def profile(n):
+        return requests[n % len(requests)]
+
+    def begin(n):
+        bottom = profile(n)["bottom"] > 0
+        left[n] = 2 if bottom else 1
+        ready.append((n, "emb"))
+        if bottom:
+            ready.append((n, "bottom"))
+
+    def branch_done(n):
+        left[n] -= 1
+        if left[n] == 0:
+            ready.append((n, "top"))
+
+    def issue(n, now):
+        batches = profile(n)["batches"]
+        if step[n] == len(batches):
+            branch_done(n)
+            return
+        qd, parts = batches[step[n]]
+        done = 0.0
+        for d, reads in parts:
+            lat, spacing = devices[d]
+            took = queue_reads(work[d], float(now), int(reads), int(qd), float(lat), float(spacing), lanes,
+                               scratch)
+            done = max(done, took)
+        at(now + done, ("reads", n))
+
+    if len(arrivals):
+        at(arrivals[0], ("arrive", 0))
+    while events:
+        now, _, (kind, *rest) = heapq.heappop(events)
+        if kind == "arrive":
+            n = rest[0]
+            if n + 1 < len(arrivals):
+                at(arrivals[n + 1], ("arrive", n + 1))
+            if workers <= 0 or active < workers:
+                active += 1
+                begin(n)
+            else:
+                waiting.append(n)
+        elif kind == "reads":
+            n = rest[0]
+            step[n] += 1
+            issue(n, now)
+        else:  # a CPU task ended
+            n, stage, held_core = rest
+            if held_core:
+                idle += 1
+            if stage == "emb":
+                step[n] = 0
+                issue(n, now)
+            elif stage == "bottom":
+                branch_done(n)
+            else:
+                latency[n] = now - arrivals[n]
+                active -= 1
+                if waiting:
+                    active += 1
+                    begin(waiting.popleft())
+        for n, stage in list(ready):
+            if profile(n)[stage] <= 0:  # no core needed, no wait for one
+                ready.remove((n, stage))
+                at(now, ("cpu", n, stage, False))
+        while ready and idle > 0:
+            n, stage = ready.popleft()
+            idle -= 1
+            at(now + profile(n)[stage], ("cpu", n, stage, True))
+    return latency

@@ -1,0 +1,132 @@
+"""The host model end to end: host specs and their errors, request profiles against the
+control plane and the live store, striping, and ``predict``'s JSON contract."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sdm.errors import ConfigError
+from sdm.host import HOST_PRESETS, build_profile, predict, resolve_host
+from sdm.host.profile import hit_rate_settles_after
+from sdm.host.spec import load_host
+from sdm.policies import simulate
+from sdm.replay.requests import key_stream
+from sdm.replay.sweep import request_service_ns
+from sdm.store.config import with_options
+from sdm.trace import load
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = str(ROOT / "traces" / "tiny-zipf.npz")
+
+
+def test_presets_carry_a_source_for_every_number():
+    for host in HOST_PRESETS.values():
+        for name in ("cores", "core_speed", "dram_cache_fraction", "dram_bandwidth_gbps", "scm"):
+            assert host.source(name), (host.name, name)
+    me = resolve_host("this-machine")
+    assert me.cores == os.cpu_count() and me.core_speed == 1.0 and me.source("cores")
+    assert HOST_PRESETS["2-socket"].scm[0].count == 8
+
+
+def test_host_toml_and_its_errors(tmp_path):
+    good = tmp_path / "h.toml"
+    good.write_text('cores = 12\ncore_speed = 0.5\ndram_cache_bytes = 1048576\n[[scm]]\ndevice = "nand-p3700"\n'
+                    'count = 4\n[sources]\ncores = "a guess"\n')
+    h = load_host(good)
+    assert (h.name, h.cores, h.core_speed, h.scm[0].device.name, h.scm[0].count) == ("h", 12, 0.5, "nand-p3700", 4)
+    assert resolve_host(str(good)) == h and h.source("cores") == "a guess"
+    cases = {"cores = 0\n": "cores", "cores = 2\nspeed = 3\n": "unknown key", "core_speed = 1\n": "needs cores",
+             "cores = 2\ndram_cache_bytes = 5\ndram_cache_fraction = 0.1\n": "not both",
+             "cores = 2\n[[scm]]\ncount = 0\n": "count", "cores = 2\n[[scm]]\ndevice = \"nope\"\n": "not a preset"}
+    for text, match in cases.items():
+        bad = tmp_path / "bad.toml"
+        bad.write_text(text)
+        with pytest.raises(ConfigError, match=match):
+            load_host(bad)
+    with pytest.raises(ConfigError, match="neither a preset"):
+        resolve_host("no-such-host")
+
+
+def test_settling_finds_where_the_hit_rate_stops_moving():
+    rows = np.full(100, 10)
+    hits = np.concatenate((np.zeros(50), np.full(50, 9))).astype(int)
+    k = hit_rate_settles_after(hits, rows)
+    assert k is not None and 50 <= k <= 52
+    assert hit_rate_settles_after(np.full(100, 7), rows) == 0
+    rising = hit_rate_settles_after(np.linspace(0, 10, 100).astype(int), rows)  # settles only near the end
+    assert rising is not None and rising > 80
+    assert hit_rate_settles_after(np.zeros(100, int), np.zeros(100, int)) is None  # nothing read
+
+
+SMALL_CACHE = 16384  # bytes: 512 rows of dim 8 fp32, so the tiny trace both hits and misses warm
+SMALL = with_options("sdm-nand", cache_bytes=SMALL_CACHE)
+
+
+@pytest.fixture(scope="module")
+def nand(tmp_path_factory):
+    return build_profile(TINY, SMALL, "this-machine", dim=8, workdir=str(tmp_path_factory.mktemp("h")))
+
+
+def test_profile_agrees_with_the_control_plane_and_the_live_store(nand):
+    with load(TINY) as tr:
+        stream = key_stream(tr)
+    rows = SMALL_CACHE // 32
+    twice = np.concatenate((stream.keys, stream.keys))
+    mask = simulate(twice, policy="lru", capacity=rows, return_mask=True).hit_mask[stream.keys.shape[0]:]
+    _, blocks = request_service_ns(stream, mask, row_bytes=32, device="nand-p4500")
+    scm = [i for i, d in enumerate(nand.devices) if d.group == "mmap"]
+    per_request = np.zeros(nand.requests, dtype=np.int64)
+    for r in range(nand.requests):
+        parts = slice(nand.sub_ptr[nand.batch_ptr[r]], nand.sub_ptr[nand.batch_ptr[r + 1]])
+        on_scm = np.isin(nand.sub_dev[parts], scm)
+        per_request[r] = nand.sub_reads[parts][on_scm].sum()
+    np.testing.assert_array_equal(per_request, blocks)
+    assert blocks.sum() > 0 and 0 < mask.sum() < mask.size
+    assert nand.live_hits == int(nand.hits.sum()) == int(mask.sum())
+    assert nand.hit_rate == pytest.approx(mask.mean())
+    assert (nand.cpu_emb_ns > 0).all() and not nand.cpu_bottom_ns.any()
+
+
+def test_striping_splits_a_tiers_blocks_over_its_devices(tmp_path, nand):
+    host = tmp_path / "h.toml"
+    host.write_text("cores = 4\n[[scm]]\ncount = 3\n")
+    p = build_profile(TINY, SMALL, str(host), dim=8, workdir=str(tmp_path))
+    scm = [d for d in p.devices if d.group == "mmap"]
+    assert [d.name for d in scm] == ["nand-p4500#0", "nand-p4500#1", "nand-p4500#2"]
+    reads = p.reads_per_request()
+    assert reads[1:].sum() == pytest.approx(nand.reads_per_request()[1:].sum())
+    assert (reads[1:] > 0).all()
+    assert reads[0] == nand.reads_per_request()[0]  # DRAM lines do not depend on the SCM
+
+
+def test_predict_gives_the_contract_keys(nand):
+    r = predict(None, profile=nand, arrivals=5_000, sla_us=5_000)
+    data = json.loads(json.dumps(r.to_json()))
+    assert {"qps_at_sla", "bottleneck", "utilization", "hit_rate", "curve"} <= set(data)
+    assert data["qps_at_sla"] > 0 and data["bottleneck"] in data["utilization"]
+    assert data["curve"] and all(set(c["latency_us"]) == {"p50", "p95", "p99", "p999"} and c["offered_qps"] > 0
+                                 for c in data["curve"])
+    xs = [c["offered_qps"] for c in data["curve"]]
+    assert xs == sorted(xs)
+    p99 = [c["latency_us"]["p99"] for c in data["curve"]]
+    assert p99[-1] > p99[0]
+
+
+def test_a_model_adds_its_mlps(tmp_path):
+    p = build_profile(TINY, "dram", "this-machine", model="criteo-kaggle", workdir=str(tmp_path))
+    assert p.bottom_ns_per_sample > 0 and p.top_ns_per_sample > 0
+    np.testing.assert_allclose(p.cpu_bottom_ns, p.samples * p.bottom_ns_per_sample)
+
+
+def test_unsupported_hierarchies_and_direct_without_a_disk_are_errors(tmp_path):
+    with pytest.raises(ConfigError, match="host model covers"):
+        build_profile(TINY, "three-tier", dim=8, workdir=str(tmp_path))
+    from sdm.store.config import with_io_mode
+
+    with pytest.raises(ConfigError, match="calibrate"):
+        build_profile(TINY, with_io_mode("sdm-nand", "direct"), dim=8, workdir=str(tmp_path))
