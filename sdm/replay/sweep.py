@@ -30,12 +30,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from sdm.kernels.jit import jit
 from sdm.store.config import HIERARCHY_PRESETS
 from sdm.devices import get_device
 from sdm.errors import InvalidArgumentError
+from sdm.progress import progress_bar
 from sdm.formats import check_dim, check_format, row_bytes as row_bytes_of
 from sdm.policies import POLICIES, simulate
 from sdm.policies.cache import check_policy
@@ -226,7 +226,8 @@ def _run_point(stream: KeyStream, policy: str, cache_bytes: int, rows: int, row_
                  "device_bytes": int(blocks.sum()) * get_device(d).access_bytes,
                  "qps_at_sla": None, "error": None}
         try:
-            entry["qps_at_sla"] = _finite(qps_at_sla(service, sla_us).qps)
+            sla = qps_at_sla(service, sla_us)
+            entry["qps_at_sla"], entry["error"] = _finite(sla.qps), sla.reason
         except SlaError as exc:
             entry["error"] = str(exc)
         out[d] = entry
@@ -261,11 +262,12 @@ def sweep(trace, *, policies=("lru",), cache_sizes=(64 << 20,), devices=("nand-p
         trace: a trace path or an open :class:`sdm.trace.Trace`.
         policies: names of ``sdm.POLICIES``; ``belady`` is added when missing.
         cache_sizes: DRAM cache sizes in bytes (ints or strings like ``"64M"``); a cache holds
-            ``size // row_bytes`` rows, as the store's cache tier does.
+            ``size // row_bytes`` rows, at most the trace's tables' rows, as the store's cache
+            tier does.
         devices: SCM device preset names (``sdm.DEVICES``).
         dim, fmt: the row shape, which fixes ``row_bytes``.
         sla_us: the p99 bound of the QPS model (a device whose zero-load p99 exceeds it
-            reports ``qps_at_sla: null`` and the reason in ``error``).
+            reports ``qps_at_sla: 0`` and the reason in ``error``).
         request_size: see :mod:`sdm.replay.requests`.
         queue_depth: SCM reads in flight per request and table.
         cache_queue_depth: DRAM line reads in flight (the presets' cache tier value).
@@ -309,6 +311,8 @@ def sweep(trace, *, policies=("lru",), cache_sizes=(64 << 20,), devices=("nand-p
     try:
         stream = key_stream(tr, request_size)
         path = tr.path
+        # a cache never holds more rows than the trace's tables have, as the store's does
+        table_rows = int(np.sum(tr.table_sizes, dtype=np.int64))
     finally:
         if owned:
             tr.close()
@@ -316,12 +320,12 @@ def sweep(trace, *, policies=("lru",), cache_sizes=(64 << 20,), devices=("nand-p
     t0 = time.perf_counter()
     if workers > 1 and len(grid) > 1:
         _load_kernels(policies, devices, rb, queue_depth, cache_queue_depth)
-    bar = tqdm(total=len(grid), unit="point", desc="sweep",
-               disable=(None if progress is None else not progress), leave=False)
+    bar = progress_bar(total=len(grid), unit="point", desc="sweep", show=progress)
 
     def one(job):
         p, s = job
-        point = _run_point(stream, p, s, s // rb, rb, devices, queue_depth, cache_queue_depth, sla_us)
+        point = _run_point(stream, p, s, min(s // rb, table_rows), rb, devices, queue_depth, cache_queue_depth,
+                           sla_us)
         bar.update(1)
         return point
 
