@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from sdm.cli import check_output_folder, emit_json, write_text
+from sdm.cli import check_output_file, emit_json, make_output_dir, write_text
 from sdm.store.config import IO_MODES
 
 
@@ -32,7 +32,10 @@ def register(sub) -> None:
     p.add_argument("--workers", type=int, default=8, help="worker threads or processes (default 8)")
     p.add_argument("--processes", action="store_true", help="worker processes over one store directory")
     p.add_argument("--io-mode", choices=IO_MODES, help="override the config's IO mode")
-    p.add_argument("--model", help="DLRM preset: each request also runs the forward pass")
+    p.add_argument("--model", help="DLRM preset: each request also runs the forward pass; the trace's "
+                                   "tables must be the preset's")
+    p.add_argument("--fit-model", action="store_true",
+                   help="rebuild the --model preset's MLPs over the trace's tables")
     p.add_argument("--store", metavar="DIR", help="an existing store matching the trace's tables")
     p.add_argument("--dim", type=int, default=64, help="columns of the built store's rows (default 64)")
     p.add_argument("--fmt", default="fp32", help="row format of the built store (default fp32)")
@@ -48,16 +51,17 @@ def _load(args) -> int:
     from sdm.load import load_test
     from sdm.load.render import load_markdown, plot_load
 
-    for path in (args.json,) if args.json not in (None, "-") else ():
-        check_output_folder(path)
+    check_output_file(args.json)
     result = load_test(args.trace, args.config, rates=args.rate, search=args.search,
                        sla_us=args.sla_us, duration_s=args.duration, workers=args.workers,
                        processes=args.processes, io_mode=args.io_mode, store=args.store,
                        model=args.model, dim=args.dim, fmt=args.fmt,
-                       request_size=args.request_size, warmup_s=args.warmup, seed=args.seed)
+                       request_size=args.request_size, warmup_s=args.warmup, seed=args.seed,
+                       fit_model=args.fit_model)
     data = result.to_json()
     text = load_markdown(result)
     if args.out:
+        make_output_dir(args.out)
         write_text(os.path.join(args.out, "load.md"), text)
         write_text(os.path.join(args.out, "load.json"), json.dumps(data, indent=1) + "\n")
         plot_load([result], os.path.join(args.out, "load.png"))
