@@ -377,7 +377,6 @@ REPLAY = cases(
     ("replay-sla-negative", R + ["--sla-us", "-1"], ["SLA", "-1.0"]),
     ("replay-sla-zero", R + ["--sla-us", "0"], ["SLA", "0.0"]),
     ("replay-sla-1e999", R + ["--sla-us", "1e999"], ["SLA", "inf"]),
-    ("replay-sla-tiny", R + ["--sla-us", "1e-9"], ["SLA", "below"]),
     ("replay-sla-text", R + ["--sla-us", "abc"], ["--sla-us", "'abc'"], USAGE),
     ("replay-store-missing", R[:4] + ["--store", "{dir}/missing-store"], ["no sdm store", "missing-store"]),
     ("replay-store-is-file", R[:4] + ["--store", "{regular}"], ["no sdm store", "regular"]),
