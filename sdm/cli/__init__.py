@@ -44,6 +44,8 @@ def check_output_file(target: str | None) -> None:
     must exist (see :func:`check_output_folder`); ``None`` and ``-`` (stdout) pass. Output
     *directory* options (``--out``, ``--report``) are created, with their parents."""
     if target is not None and target != "-":
+        if os.path.isdir(target):  # refused before the work, not after it
+            raise InvalidArgumentError(f"cannot write {target}: Is a directory (an output file needs a file name)")
         check_output_folder(target)
 
 
@@ -53,7 +55,7 @@ def make_output_dir(path: str) -> None:
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:
-        raise InvalidArgumentError(f"cannot create output directory {path}: {exc.strerror}") from None
+        raise InvalidArgumentError(f"cannot write output directory {path}: {exc.strerror}") from None
 
 
 def write_text(path: str, text: str) -> None:

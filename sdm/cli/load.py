@@ -52,6 +52,8 @@ def _load(args) -> int:
     from sdm.load.render import load_markdown, plot_load
 
     check_output_file(args.json)
+    if args.out:
+        make_output_dir(args.out)
     result = load_test(args.trace, args.config, rates=args.rate, search=args.search,
                        sla_us=args.sla_us, duration_s=args.duration, workers=args.workers,
                        processes=args.processes, io_mode=args.io_mode, store=args.store,
@@ -61,7 +63,6 @@ def _load(args) -> int:
     data = result.to_json()
     text = load_markdown(result)
     if args.out:
-        make_output_dir(args.out)
         write_text(os.path.join(args.out, "load.md"), text)
         write_text(os.path.join(args.out, "load.json"), json.dumps(data, indent=1) + "\n")
         plot_load([result], os.path.join(args.out, "load.png"))

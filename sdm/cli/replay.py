@@ -6,9 +6,9 @@ import json
 import os
 import sys
 
-from sdm.cli import check_output_file, emit_json, make_output_dir, write_text
+from sdm.cli import check_output_file, check_output_folder, emit_json, make_output_dir, write_text
 from sdm.errors import InvalidArgumentError
-from sdm.formats import ROW_FORMATS
+from sdm.formats import check_dim, check_format
 from sdm.policies import ADMISSIONS
 from sdm.store.config import IO_MODES
 
@@ -86,16 +86,18 @@ ANNOUNCE_BYTES = 256 << 20
 
 
 def _announce_store(args, dim: int) -> None:
-    """Say in one line what store a replay builds, and why, when it is a big one."""
+    """Say in one line what store a replay builds, and why, when it is a big one (after the
+    checks the replay makes first, so a bad value still gets its one error line alone)."""
     from sdm.store.build import store_bytes
     from sdm.trace.format import load
 
+    dim, fmt = check_dim(dim), check_format(args.fmt)
     with load(args.trace) as tr:
         sizes = tr.table_sizes
-    need = store_bytes(sizes, dim, args.fmt)
+    need = store_bytes(sizes, dim, fmt)
     if need >= ANNOUNCE_BYTES:
         print(f"sdm {args.command}: building a temporary store of the trace's {len(sizes)} tables, "
-              f"{int(sizes.sum()):,} rows of dim {dim} {args.fmt} ({need / 2**30:.1f} GiB), because the "
+              f"{int(sizes.sum()):,} rows of dim {dim} {fmt} ({need / 2**30:.1f} GiB), because the "
               f"trace's ids span them; `sdm store create DIR --trace {args.trace}` builds it once for "
               f"--store DIR", file=sys.stderr)
 
@@ -125,10 +127,12 @@ def _replay(args) -> int:
         raise InvalidArgumentError("--dim and --model conflict: the model preset fixes the dim")
     if args.fit_model and args.model is None:
         raise InvalidArgumentError("--fit-model needs --model: it rebuilds that preset over the trace's tables")
-    check_output_file(args.json)  # before the replay, not after it
+    check_output_file(args.json)  # outputs checked before the replay, not after it
+    if args.out:
+        make_output_dir(args.out)
     config = _config(args)
     dim = DEFAULT_DIM if args.dim is None else args.dim
-    if args.store is None and args.model is None and args.fmt in ROW_FORMATS:
+    if args.store is None and args.model is None:
         _announce_store(args, dim)
     result = replay(args.trace, config, store=args.store, model=args.model,
                     dim=dim, fmt=args.fmt, io_mode=args.io_mode,
@@ -140,7 +144,6 @@ def _replay(args) -> int:
     summary = replay_markdown(result)
     notes = []
     if args.out:
-        make_output_dir(args.out)
         write_text(os.path.join(args.out, "summary.md"), summary)
         write_text(os.path.join(args.out, "result.json"), json.dumps(data, indent=1) + "\n")
         try:
@@ -160,11 +163,13 @@ def _replay(args) -> int:
 
 def _sweep(args) -> int:
     from sdm.replay.queueing import DEFAULT_SLA_US
-    from sdm.replay.render import plot_sweep, sweep_markdown
+    from sdm.replay.render import check_plot_path, plot_sweep, sweep_markdown
     from sdm.replay.sweep import DEFAULT_CACHE_QUEUE_DEPTH, DEFAULT_QUEUE_DEPTH, sweep
 
     check_output_file(args.json)
-    check_output_file(args.plot)
+    if args.plot:
+        check_plot_path(args.plot)
+        check_output_folder(args.plot)
     result = sweep(args.trace, policies=_split(args.policies), cache_sizes=_split(args.cache_sizes),
                    devices=_split(args.devices), dim=args.dim, fmt=args.fmt,
                    sla_us=DEFAULT_SLA_US if args.sla_us is None else args.sla_us,

@@ -6,6 +6,7 @@ import json
 import os
 import sys
 
+from sdm.cli import make_output_dir
 from sdm.replay.demo import DEMO_PRESETS, run_demo
 from sdm.report import write_report
 
@@ -32,6 +33,8 @@ def register(sub) -> None:
 def _run(args) -> int:
     from sdm.replay.render import comparison_table, plural, request_text
 
+    if not args.no_report:  # the report's directory before the replays, not after them
+        make_output_dir(args.report)
     runs = run_demo(tuple(args.presets), trace=args.trace, dim=args.dim, sla_us=args.sla_us,
                     max_batches=args.batches, progress=True)
     digests = [r.extra["checksum"] for r in runs]  # SHA-256 of each run's pooled bytes

@@ -29,14 +29,16 @@ from sdm.store.config import HierarchyConfig, resolve_config, with_io_mode
 from sdm.devices import DEVICES, DeviceSpec
 from sdm.errors import ConfigError, InvalidArgumentError
 from sdm.formats import check_dim, check_format
-from sdm.replay.queueing import DEFAULT_SLA_US, SlaResult, check_sla_us, latency_percentiles_us, qps_at_sla
+from sdm.replay.queueing import (DEFAULT_SLA_US, SlaError, SlaResult, check_sla_us, latency_percentiles_us,
+                                 qps_at_sla)
 from sdm.replay.requests import check_request_size, iter_requests
 from sdm.store.build import build_store, check_space, store_bytes, table_names
 from sdm.store.store import Store
 from sdm.trace.format import Trace, load
 from sdm.validate import check_int
 
-__all__ = ["ReplayResult", "replay", "build_store", "dram_hit_rate", "DEFAULT_DIM", "table_names", "COUNTERS"]
+__all__ = ["ReplayResult", "replay", "build_store", "dram_hit_rate", "DEFAULT_DIM", "table_names", "COUNTERS",
+           "SlaError"]
 
 DEFAULT_DIM = 64
 _MAX_CURVE_POINTS = 256

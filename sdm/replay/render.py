@@ -13,7 +13,7 @@ import numpy as np
 
 from sdm.errors import InvalidArgumentError
 
-__all__ = ["replay_markdown", "comparison_table", "sweep_markdown", "plot_replay", "plot_sweep",
+__all__ = ["replay_markdown", "comparison_table", "sweep_markdown", "plot_replay", "plot_sweep", "check_plot_path",
            "plural", "request_text"]
 
 
@@ -178,9 +178,17 @@ def plot_replay(r, outdir) -> list[str]:
     return paths
 
 
+def check_plot_path(path) -> None:
+    """InvalidArgumentError when ``path``, where a plot goes, is a directory."""
+    if os.path.isdir(path):
+        raise InvalidArgumentError(f"cannot write the sweep plot to {os.fspath(path)!r}: it is a "
+                                   f"directory (give a file name like sweep.png)")
+
+
 def plot_sweep(s, path) -> str:
     """Miss-ratio curves per policy (belady dashed, the lower bound) and QPS at SLA per device
     and cache size; one PNG at ``path``."""
+    check_plot_path(path)
     plt = _pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
     mib = np.asarray(s.cache_sizes, dtype=np.float64) / (1 << 20)
@@ -206,10 +214,6 @@ def plot_sweep(s, path) -> str:
     b.set_title("modeled throughput under the SLA")
     b.grid(alpha=0.3)
     b.legend(fontsize=7)
-    if os.path.isdir(path):
-        plt.close(fig)
-        raise InvalidArgumentError(f"cannot write the sweep plot to {os.fspath(path)!r}: it is a "
-                                   f"directory (give a file name like sweep.png)")
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
     return _save(plt, fig, d, os.path.basename(path))

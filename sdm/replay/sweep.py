@@ -46,7 +46,7 @@ from sdm.replay.requests import KeyStream, check_request_size, key_stream
 from sdm.tiers.rowfile import HEADER_BYTES
 from sdm.tiers.metered import MAX_QUEUE_DEPTH
 from sdm.trace.format import Trace, load
-from sdm.validate import check_int
+from sdm.validate import INT64_MAX, check_int
 
 __all__ = ["SweepPoint", "SweepResult", "sweep", "request_service_ns", "DEFAULT_QUEUE_DEPTH",
            "parse_size"]
@@ -74,6 +74,8 @@ def parse_size(text) -> int:
             raise InvalidArgumentError(f"size {text!r} is not a byte count like 1048576, 64M or 1GiB") from None
     if value < 1:
         raise InvalidArgumentError(f"size {text!r} must be at least 1 byte")
+    if value > INT64_MAX:  # every byte count a kernel holds is an int64
+        raise InvalidArgumentError(f"size {text!r} is {value} bytes, more than the largest size, 2**63 - 1")
     return value
 
 
