@@ -12,6 +12,7 @@ here: ``True`` is not a count of 1.
 from __future__ import annotations
 
 import math
+import os
 from numbers import Integral, Real
 
 import numpy as np
@@ -19,7 +20,7 @@ import numpy as np
 from sdm.errors import IdOutOfRangeError, InvalidArgumentError
 
 __all__ = ["check_int", "check_number", "check_choice", "as_array", "as_int_array", "check_id_array",
-           "check_permutation", "INT64_MAX"]
+           "check_permutation", "memory_bytes", "check_fits_memory", "INT64_MAX"]
 
 #: The largest int64, the bound of every id and byte count a kernel holds.
 INT64_MAX = int(np.iinfo(np.int64).max)
@@ -194,3 +195,24 @@ def check_permutation(order, n: int, name: str, *, error=InvalidArgumentError) -
         raise error(f"{name} is not a permutation of range({n}): row {int(np.argmin(seen))} is "
                     f"missing (another appears twice)")
     return a
+
+
+def memory_bytes() -> int:
+    """This host's physical memory in bytes (0 when the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def check_fits_memory(nbytes: int, name: str, value, what: str, *, error=InvalidArgumentError) -> None:
+    """``error`` unless ``nbytes``, what ``name`` = ``value`` makes sdm allocate (``what``:
+    "cache slots", ...), fits this host's physical memory; checked before allocating, so a
+    size never runs the host out of memory. The message names all three and the limit."""
+    def size(n):
+        return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n:,} bytes"
+
+    limit = memory_bytes()
+    if limit and nbytes > limit:
+        raise error(f"{name} {value} needs {what}, {size(nbytes)}, more than this host's "
+                    f"{size(limit)} of memory")

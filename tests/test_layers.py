@@ -15,7 +15,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "sdm"
 
 #: Lowest first. A name is a top-level module or subpackage of sdm.
-LAYERS = ("errors", "validate", "formats", "kernels", "devices", "policies", "tiers", "store",
+LAYERS = ("errors", "validate", "progress", "formats", "kernels", "devices", "policies", "tiers", "store",
           "model", "trace", "replay", "host", "load", "report", "cluster", "cli")
 TOP = ("__init__", "__main__")  # the package's face: may import anything
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import sdm
 from sdm.tiers.metered import DeviceQueue
-from sdm.replay.queueing import (SlaError, _Queue, latency_percentiles_us, qps_at_sla, response_percentile_ns,
+from sdm.replay.queueing import (PERCENTILES, SlaError, _Queue, latency_percentiles_us, qps_at_sla, response_percentile_ns,
                           response_times_ns, service_ns_array)
 
 
@@ -39,8 +39,7 @@ def test_lindley_matches_a_clocked_queue(service, rate, seed):
 @given(service=st.lists(st.integers(1_000, 2_000_000), min_size=1, max_size=60),
        sla_factor=st.floats(1.0, 20.0), q=st.sampled_from([50.0, 99.0, 99.9]))
 def test_sla_search_brackets_the_rate(service, sla_factor, q):
-    # the SLA from the queue's own zero-load percentile (np.percentile interpolates between
-    # samples, so [1000, 1100] at p99 gave 1.099 us, below the queue's 1.1 us: no rate meets it)
+    # the SLA from the queue's own zero-load percentile, which is the reported one (below)
     zero_us = response_percentile_ns(service, 0.0, q, min_arrivals=5_000) / 1e3
     sla_us = zero_us * sla_factor + 1e-3
     r = qps_at_sla(service, sla_us, percentile=q, min_arrivals=5_000)
@@ -48,6 +47,24 @@ def test_sla_search_brackets_the_rate(service, sla_factor, q):
     assert response_percentile_ns(service, r.qps, q, min_arrivals=5_000) <= sla_us * 1e3
     assert response_percentile_ns(service, 1.1 * r.qps, q, min_arrivals=5_000) > sla_us * 1e3
     assert r.latency_at_qps_us <= sla_us and r.utilization == pytest.approx(r.qps * np.mean(service) / 1e9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(service=st.lists(st.integers(1_000, 2_000_000), min_size=2, max_size=80),
+       q=st.sampled_from([50.0, 95.0, 99.0, 99.9]), cycles=st.integers(1, 50))
+def test_one_percentile_reported_and_searched(service, q, cycles):
+    # issue 21: a replay printed p99 = 23,852 us (interpolated over 32 requests) and then
+    # refused --sla-us 24000 as "below the devices' own p99 of 25,090.6 us" (the cycled queue's).
+    key = {v: k for k, v in PERCENTILES.items()}[q]
+    reported = latency_percentiles_us(service)[key]
+    assert reported in {s / 1e3 for s in service}  # a latency some request really had
+    assert response_percentile_ns(service, 0.0, q, min_arrivals=len(service) * cycles) / 1e3 == reported
+    try:
+        r = qps_at_sla(service, reported, percentile=q, min_arrivals=len(service) * cycles)
+    except SlaError as exc:  # a median a queue never lifts ([1000, 1000]): met at every rate
+        assert "does not bound the rate" in str(exc)
+    else:
+        assert r.reason is None and r.qps > 0 and r.zero_load_us == reported
 
 
 def test_fast_feasibility_test_agrees_with_the_percentile():
@@ -60,11 +77,12 @@ def test_fast_feasibility_test_agrees_with_the_percentile():
 
 
 def test_percentiles_and_errors():
-    lat = latency_percentiles_us(np.arange(1, 1001) * 1000)
-    assert lat["p50"] == pytest.approx(500.5) and lat["p999"] == pytest.approx(999.001)
+    lat = latency_percentiles_us(np.arange(1, 1001) * 1000)  # nearest rank: values requests took
+    assert lat == {"p50": 500.0, "p95": 950.0, "p99": 990.0, "p999": 999.0}
     assert latency_percentiles_us([]) == {"p50": 0.0, "p95": 0.0, "p99": 0.0, "p999": 0.0}
-    with pytest.raises(SlaError, match="zero load"):
-        qps_at_sla([100_000, 200_000], 150)
+    unmet = qps_at_sla([100_000, 200_000], 150)  # a result, not an error: QPS 0 and why
+    assert unmet.qps == 0 and unmet.utilization == 0 and "zero load" in unmet.reason
+    assert unmet.to_json()["reason"] == unmet.reason and qps_at_sla([1000], 10).reason is None
     for bad in (0, -5, float("nan"), "10", True):
         with pytest.raises(SlaError):
             qps_at_sla([1000], bad)

@@ -59,7 +59,7 @@ def test_fbgemm_torch(tmp_path):
     with pytest.raises(TraceFormatError, match="tuple"):
         read_fbgemm(tmp_path / "bad.pt")
     (tmp_path / "cut.pt").write_bytes((tmp_path / "b.pt").read_bytes()[:100])
-    with pytest.raises(TraceFormatError, match="not a readable torch file"):
+    with pytest.raises(TraceFormatError, match="not an FBGEMM trace file"):
         read_fbgemm(tmp_path / "cut.pt")
 
 

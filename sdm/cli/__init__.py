@@ -18,7 +18,7 @@ from sdm import __version__
 from sdm.errors import ConfigError, InvalidArgumentError, SdmError
 
 # Modules of sdm.cli that define commands, in the order `sdm --help` lists them.
-COMMAND_MODULES = ("run", "replay", "load", "host", "trace", "place", "shard", "report", "devices")
+COMMAND_MODULES = ("run", "replay", "load", "host", "trace", "store", "place", "shard", "report", "devices")
 
 
 def check_output_folder(path) -> None:
@@ -39,11 +39,29 @@ def check_output_folder(path) -> None:
     raise ConfigError(f"output directory {folder!r} {why}")
 
 
-def write_text(path: str, text: str) -> None:
-    """Write ``text`` to ``path``, creating its folder; InvalidArgumentError naming the path
-    when the system refuses."""
+def check_output_file(target: str | None) -> None:
+    """The one rule for an output *file* option (``-o``, ``--json``, ``--plot``): its folder
+    must exist (see :func:`check_output_folder`); ``None`` and ``-`` (stdout) pass. Output
+    *directory* options (``--out``, ``--report``) are created, with their parents."""
+    if target is not None and target != "-":
+        if os.path.isdir(target):  # refused before the work, not after it
+            raise InvalidArgumentError(f"cannot write {target}: Is a directory (an output file needs a file name)")
+        check_output_folder(target)
+
+
+def make_output_dir(path: str) -> None:
+    """Create the output directory ``path`` (and its parents) if missing; InvalidArgumentError
+    naming it when the system refuses."""
     try:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot write output directory {path}: {exc.strerror}") from None
+
+
+def write_text(path: str, text: str) -> None:
+    """Write ``text`` to ``path``, whose folder must exist (or be made by the caller: an
+    output directory); InvalidArgumentError naming the path when the system refuses."""
+    try:
         with open(path, "w") as f:
             f.write(text)
     except OSError as exc:
@@ -58,6 +76,7 @@ def emit_json(target: str | None, data: dict) -> bool:
     if target == "-":
         print(text)
         return True
+    check_output_file(target)
     write_text(target, text + "\n")
     return False
 
@@ -100,6 +119,9 @@ def main(argv=None) -> int:
         parser.error(f"a command is needed: one of {', '.join(COMMAND_MODULES)} (sdm --help)")
     try:
         return int(args.func(args) or 0)
+    except KeyboardInterrupt:  # Ctrl-C: one line and the shell's code for SIGINT, no traceback
+        print(f"\n{command_name(args)}: interrupted", file=sys.stderr)
+        return 130
     except SdmError as exc:  # a user's mistake: one clear line, no traceback
         print(f"{command_name(args)}: error: {exc}", file=sys.stderr)
         return 2

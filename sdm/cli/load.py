@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from sdm.cli import add_store_arguments, check_output_folder, emit_json, write_text
+from sdm.cli import add_store_arguments, check_output_file, emit_json, make_output_dir, write_text
 from sdm.store.config import IO_MODES
 
 
@@ -32,7 +32,10 @@ def register(sub) -> None:
     p.add_argument("--workers", type=int, default=8, help="worker threads or processes (default 8)")
     p.add_argument("--processes", action="store_true", help="worker processes over one store directory")
     p.add_argument("--io-mode", choices=IO_MODES, help="override the config's IO mode")
-    p.add_argument("--model", help="DLRM preset: each request also runs the forward pass")
+    p.add_argument("--model", help="DLRM preset: each request also runs the forward pass; the trace's "
+                                   "tables must be the preset's")
+    p.add_argument("--fit-model", action="store_true",
+                   help="rebuild the --model preset's MLPs over the trace's tables")
     add_store_arguments(p)
     p.add_argument("--json", nargs="?", const="-", metavar="OUT",
                    help="write the JSON result to OUT (no OUT or '-': stdout, instead of the table)")
@@ -44,13 +47,15 @@ def _load(args) -> int:
     from sdm.load import load_test
     from sdm.load.render import load_markdown, plot_load
 
-    for path in (args.json,) if args.json not in (None, "-") else ():
-        check_output_folder(path)
+    check_output_file(args.json)
+    if args.out:
+        make_output_dir(args.out)
     result = load_test(args.trace, args.config, rates=args.rate, search=args.search,
                        sla_us=args.sla_us, duration_s=args.duration, workers=args.workers,
                        processes=args.processes, io_mode=args.io_mode, store=args.store,
                        model=args.model, dim=args.dim, fmt=args.fmt,
-                       request_size=args.request_size, warmup_s=args.warmup, seed=args.seed)
+                       request_size=args.request_size, warmup_s=args.warmup, seed=args.seed,
+                       fit_model=args.fit_model)
     data = result.to_json()
     text = load_markdown(result)
     if args.out:

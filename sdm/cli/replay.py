@@ -6,8 +6,9 @@ import json
 import os
 import sys
 
-from sdm.cli import emit_json, write_text
+from sdm.cli import check_output_file, check_output_folder, emit_json, make_output_dir, write_text
 from sdm.errors import InvalidArgumentError
+from sdm.formats import check_dim, check_format
 from sdm.policies import ADMISSIONS
 from sdm.store.config import IO_MODES
 
@@ -29,7 +30,10 @@ def register(sub) -> None:
     r.add_argument("--admission", choices=ADMISSIONS, help="the first cache's admission filter")
     r.add_argument("--placement", metavar="FILE", help="a placement from `sdm place` (pins, SCM row order)")
     r.add_argument("--pooled-cache-bytes", metavar="SIZE", help="a pooled-embedding cache of SIZE, e.g. 8M")
-    r.add_argument("--model", help="DLRM preset: run the whole forward per request (its dim wins)")
+    r.add_argument("--model", help="DLRM preset: run the whole forward per request (its dim wins); the "
+                                   "trace's tables must be the preset's")
+    r.add_argument("--fit-model", action="store_true",
+                   help="rebuild the --model preset's MLPs over the trace's tables (said in the output)")
     r.add_argument("--io-mode", choices=IO_MODES, help="override the config's IO mode")
     r.add_argument("--sla-us", type=float, help="p99 latency SLA in microseconds (default 30000)")
     r.add_argument("--host", default="this-machine",
@@ -61,10 +65,12 @@ def register(sub) -> None:
                    help="DRAM cache sizes in bytes, e.g. 1M 4M 16M 64MiB")
     s.add_argument("--devices", nargs="+", default=["nand-p4500", "optane-p4800x-512"],
                    help="SCM device presets (sdm devices)")
-    s.add_argument("--dim", type=int, default=64)
-    s.add_argument("--fmt", default="fp32")
+    s.add_argument("--dim", type=int, default=64, help="values per row, which with --fmt sizes a row "
+                                                       "(default 64)")
+    s.add_argument("--fmt", default="fp32", help="row format: fp32, fp16 or int8 (default fp32)")
     s.add_argument("--sla-us", type=float, help="p99 latency SLA in microseconds (default 30000)")
-    s.add_argument("--request-size", type=int)
+    s.add_argument("--request-size", type=int, help="samples per request (default: the whole batch, "
+                                                    "or one request id of an inference trace)")
     s.add_argument("--queue-depth", type=int, help="SCM reads in flight (default: the presets' 16)")
     s.add_argument("--cache-queue-depth", type=int,
                    help="DRAM line reads in flight (default: the presets' cache tier value)")
@@ -78,8 +84,25 @@ def _split(values) -> list[str]:
     return [v for item in values for v in item.split(",") if v]
 
 
-def _progress() -> bool:
-    return sys.stderr.isatty()
+#: A store built for a replay at least this large is announced first (it takes seconds).
+ANNOUNCE_BYTES = 256 << 20
+
+
+def _announce_store(args, dim: int) -> None:
+    """Say in one line what store a replay builds, and why, when it is a big one (after the
+    checks the replay makes first, so a bad value still gets its one error line alone)."""
+    from sdm.store.build import store_bytes
+    from sdm.trace.format import load
+
+    dim, fmt = check_dim(dim), check_format(args.fmt)
+    with load(args.trace) as tr:
+        sizes = tr.table_sizes
+    need = store_bytes(sizes, dim, fmt)
+    if need >= ANNOUNCE_BYTES:
+        print(f"sdm {args.command}: building a temporary store of the trace's {len(sizes)} tables, "
+              f"{int(sizes.sum()):,} rows of dim {dim} {fmt} ({need / 2**30:.1f} GiB), because the "
+              f"trace's ids span them; `sdm store create DIR --trace {args.trace}` builds it once for "
+              f"--store DIR", file=sys.stderr)
 
 
 def _config(args):
@@ -106,13 +129,21 @@ def _replay(args) -> int:
 
     if args.model is not None and args.dim is not None:
         raise InvalidArgumentError("--dim and --model conflict: the model preset fixes the dim")
-    result = replay_on_host(args.trace, _config(args), host=args.host, disk=args.disk, store=args.store,
-                            model=args.model, dim=DEFAULT_DIM if args.dim is None else args.dim,
-                            fmt=args.fmt, io_mode=args.io_mode,
+    if args.fit_model and args.model is None:
+        raise InvalidArgumentError("--fit-model needs --model: it rebuilds that preset over the trace's tables")
+    check_output_file(args.json)  # outputs checked before the replay, not after it
+    if args.out:
+        make_output_dir(args.out)
+    config = _config(args)
+    dim = DEFAULT_DIM if args.dim is None else args.dim
+    if args.store is None and args.model is None:
+        _announce_store(args, dim)
+    result = replay_on_host(args.trace, config, host=args.host, disk=args.disk, store=args.store,
+                            model=args.model, dim=dim, fmt=args.fmt, io_mode=args.io_mode,
                             sla_us=DEFAULT_SLA_US if args.sla_us is None else args.sla_us,
                             request_size=args.request_size, warmup_batches=args.warmup,
-                            max_batches=args.max_batches, seed=args.seed, progress=_progress(),
-                            workdir=args.workdir)
+                            max_batches=args.max_batches, seed=args.seed, progress=True,
+                            workdir=args.workdir, fit_model=args.fit_model)
     data = result.to_json()
     summary = replay_markdown(result)
     notes = []
@@ -136,9 +167,13 @@ def _replay(args) -> int:
 
 def _sweep(args) -> int:
     from sdm.replay.queueing import DEFAULT_SLA_US
-    from sdm.replay.render import plot_sweep, sweep_markdown
+    from sdm.replay.render import check_plot_path, plot_sweep, sweep_markdown
     from sdm.replay.sweep import DEFAULT_CACHE_QUEUE_DEPTH, DEFAULT_QUEUE_DEPTH, sweep
 
+    check_output_file(args.json)
+    if args.plot:
+        check_plot_path(args.plot)
+        check_output_folder(args.plot)
     result = sweep(args.trace, policies=_split(args.policies), cache_sizes=_split(args.cache_sizes),
                    devices=_split(args.devices), dim=args.dim, fmt=args.fmt,
                    sla_us=DEFAULT_SLA_US if args.sla_us is None else args.sla_us,
@@ -146,7 +181,7 @@ def _sweep(args) -> int:
                    queue_depth=DEFAULT_QUEUE_DEPTH if args.queue_depth is None else args.queue_depth,
                    cache_queue_depth=(DEFAULT_CACHE_QUEUE_DEPTH if args.cache_queue_depth is None
                                       else args.cache_queue_depth),
-                   workers=args.workers, progress=_progress())
+                   workers=args.workers, progress=True)
     notes = []
     if args.plot:
         try:

@@ -6,6 +6,7 @@ import json
 import os
 import sys
 
+from sdm.cli import make_output_dir
 from sdm.replay.demo import DEMO_PRESETS, run_demo
 from sdm.report import write_report
 
@@ -33,13 +34,15 @@ def register(sub) -> None:
 
 def _run(args) -> int:
     from sdm.host import attach_host
-    from sdm.replay.render import comparison_table
+    from sdm.replay.render import comparison_table, plural, request_text
 
     def on_host(result, trace, store, preset):
         attach_host(result, trace, preset, store, host=args.host, sla_us=args.sla_us)
 
+    if not args.no_report:  # the report's directory before the replays, not after them
+        make_output_dir(args.report)
     runs = run_demo(tuple(args.presets), trace=args.trace, dim=args.dim, sla_us=args.sla_us,
-                    max_batches=args.batches, progress=sys.stderr.isatty(), each=on_host)
+                    max_batches=args.batches, progress=True, each=on_host)
     digests = [r.extra["checksum"] for r in runs]  # SHA-256 of each run's pooled bytes
     same = len(set(digests)) == 1
     report = None if args.no_report else write_report(None, runs, args.report)
@@ -50,14 +53,16 @@ def _run(args) -> int:
         print(json.dumps(out, indent=1))
         return 0 if same else 1
     r0 = runs[0]
-    print(f"sdm run: {os.path.basename(r0.trace)}, {r0.batches} batches, {r0.requests} requests of "
-          f"{r0.samples // max(1, r0.requests)} samples, {r0.lookups:,} lookups; rows dim {r0.dim} {r0.fmt}; "
-          f"SLA p99 <= {args.sla_us / 1e3:g} ms\n")
+    per = r0.samples / max(1, r0.requests)
+    print(f"sdm run: {os.path.basename(r0.trace)}, {plural(r0.batches, 'batch')}, "
+          f"{plural(r0.requests, 'request')} of {per:,.{0 if per == int(per) else 1}f} samples"
+          f"{'' if per == int(per) else ' on average'}, {plural(r0.lookups, 'lookup')}; rows dim {r0.dim} "
+          f"{r0.fmt}; SLA p99 <= {args.sla_us / 1e3:g} ms\n")
     print(comparison_table(runs))
     print("\nlookups/s: wall-clock replay speed (the first request of a fresh open also pays the store's "
           "setup: SCM row-file checks, cache slot first touches); latency: modeled device time per request "
-          f"(a request = one batch); QPS at SLA: the host model's for host {runs[0].host} "
-          "(sdm host: the warm trace's requests as Poisson traffic on its cores and devices).")
+          f"(a request = {request_text(r0.request_definition)}); QPS at SLA: the host model's for host "
+          f"{runs[0].host} (sdm host: the warm trace's requests as Poisson traffic on its cores and devices).")
     if same:
         print(f"pooled results identical across presets: yes (SHA-256 of the pooled bytes "
               f"{runs[0].extra['checksum'][:16]}...)")

@@ -29,6 +29,7 @@ import sdm
 from sdm.cluster.build import PLAN_FILE, build, check_plan, worker_dir
 from sdm.cluster.errors import PlanError, ShardUnavailableError
 from sdm.cluster.planner import Plan, shard_table_name
+from sdm.kernels.pooling import check_weights
 
 __all__ = ["ShardedStore"]
 
@@ -473,4 +474,4 @@ def _check_weights(weights, nnz: int) -> np.ndarray | None:
     if weights.shape != (nnz,) or not np.issubdtype(weights.dtype, np.floating):
         raise sdm.errors.InvalidArgumentError(
             f"per_sample_weights must be a ({nnz},) float array like indices, got {weights.shape} {weights.dtype}")
-    return weights.astype(np.float32)
+    return check_weights(weights, nnz)  # finite, as one host's store requires

@@ -24,7 +24,7 @@ import numpy as np
 from sdm.errors import InvalidArgumentError
 from sdm.host.profile import RequestProfile
 from sdm.kernels.hostsim import simulate_host
-from sdm.replay.queueing import PERCENTILES, SlaError, check_sla_us
+from sdm.replay.queueing import PERCENTILES, SlaError, check_sla_us, percentile_of
 from sdm.validate import check_int, check_number
 
 __all__ = ["HostSimulation", "SimPoint", "SlaPoint", "DEFAULT_ARRIVALS", "LATENCY_FLOOR", "BUSY"]
@@ -142,7 +142,8 @@ class HostSimulation:
     def point(self, rate_per_s: float) -> SimPoint:
         rate = check_number(rate_per_s, "rate (requests/s)", lo=0, lo_open=True)
         self.run(rate)
-        lat = np.percentile(self.measured(), list(PERCENTILES.values()))
+        measured = self.measured()
+        lat = [percentile_of(measured, q) for q in PERCENTILES.values()]  # sdm's one definition
         util = {"cores": float(self.busy[-1]) / (self.cores * self.span_ns)}
         per_device = {d.name: float(self.busy[i]) / self.span_ns for i, d in enumerate(self.profile.devices)}
         for name, idx in self.groups.items():
@@ -152,7 +153,7 @@ class HostSimulation:
 
     def percentile_ns(self, rate_per_s: float, q: float) -> float:
         self.run(rate_per_s)
-        return float(np.percentile(self.measured(), q))
+        return percentile_of(self.measured(), q)
 
     # -- capacity and the SLA -----------------------------------------------------------
 

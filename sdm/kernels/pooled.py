@@ -60,9 +60,9 @@ M_TAIL, M_USED_WORDS, M_USED_BYTES, M_ENTRIES, M_CAPACITY, M_HASH_MASK, M_SINK =
 M_SIZE = 7  # M_SINK receives the sums of the touch loops, so the compiler keeps them
 
 C_NAMES = ("bags", "empty", "cache_hits", "batch_repeats", "misses", "inserted", "evicted",
-           "reinserted", "invalidated", "too_big")
+           "reinserted", "invalidated", "too_big", "served_lookups")
 (C_BAGS, C_EMPTY, C_CACHE_HITS, C_REPEATS, C_MISSES, C_INSERTED, C_EVICTED, C_REINSERTED,
- C_INVALIDATED, C_TOO_BIG) = range(len(C_NAMES))
+ C_INVALIDATED, C_TOO_BIG, C_SERVED) = range(len(C_NAMES))
 
 _P1 = np.uint64(0x9E3779B185EBCA87)
 _P2 = np.uint64(0xC2B2AE3D27D4EB4F)
@@ -327,8 +327,8 @@ def pc_hash_dedup(tag, dim, mask, indices, offsets, hashes, rep, out):
 def pc_probe(ring, ringf, index, meta, counters, tag, dim, indices, offsets, hashes, rep, out):
     """Look every distinct bag up; copy hits into ``out``, collect misses as a CSR sub-batch.
 
-    Sets the CLOCK bit of every hit entry and counts bags, empties, hits, batch repeats and
-    misses. Arrays as in :func:`pc_hash_dedup` (after it ran). The caller holds the lock.
+    Sets the CLOCK bit of every hit entry and counts bags, empties, hits, batch repeats,
+    misses and the lookups of the bags served whole (hits and repeats). Arrays as in :func:`pc_hash_dedup` (after it ran). The caller holds the lock.
 
     Returns:
         ``(miss_bags, sub_indices, sub_offsets)``: ``(k,) int64`` bag numbers of the distinct
@@ -351,19 +351,22 @@ def pc_probe(ring, ringf, index, meta, counters, tag, dim, indices, offsets, has
     hits = 0
     repeats = 0
     empty = 0
+    served = 0  # lookups of the bags served whole: they never reach a tier
     for b in range(B):
         r = rep[b]
         if r < 0:
             empty += 1
             continue
-        if r != b:
-            repeats += 1
-            continue
         o0 = offsets[b]
         o1 = offsets[b + 1]
+        if r != b:
+            repeats += 1
+            served += o1 - o0
+            continue
         pos = _find(ring, index, hashes[b], tag, dim, indices, o0, o1)
         if pos >= 0:
             hits += 1
+            served += o1 - o0
             p1 = _wrap(pos + 1, W)
             ring[p1] = ring[p1] | 1
             _read_vector(ringf, W, pos, o1 - o0, dim, out, b)
@@ -386,6 +389,7 @@ def pc_probe(ring, ringf, index, meta, counters, tag, dim, indices, offsets, has
     counters[C_CACHE_HITS] += hits
     counters[C_REPEATS] += repeats
     counters[C_MISSES] += k
+    counters[C_SERVED] += served
     meta[M_SINK] = touched
     return miss_bags[:k].copy(), sub_indices, sub_offsets
 

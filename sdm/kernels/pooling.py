@@ -76,7 +76,14 @@ def check_weights(per_sample_weights, nnz: int) -> np.ndarray | None:
         )
     if not np.issubdtype(w.dtype, np.floating):
         raise InvalidArgumentError(f"per_sample_weights must be floating, got {w.dtype}")
-    return np.ascontiguousarray(w, dtype=np.float32)
+    with np.errstate(over="ignore"):  # a weight beyond float32 becomes inf, refused below
+        w = np.ascontiguousarray(w, dtype=np.float32)
+    bad = np.flatnonzero(~np.isfinite(w))
+    if bad.size:  # refused as update_rows refuses non-finite rows: one rule for every float input
+        i = int(bad[0])
+        raise InvalidArgumentError(f"per_sample_weights must be finite float32 values, got "
+                                   f"{float(w[i])} at {i}")
+    return w
 
 
 def check_mode(mode) -> bool:

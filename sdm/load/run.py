@@ -147,7 +147,7 @@ def load_test(trace, config="sdm-nand", *, rates=None, search: bool = False,
               processes: bool = False, io_mode: str | None = None, store=None,
               model: str | None = None, dim: int = DEFAULT_DIM, fmt: str = "fp32",
               request_size: int | None = None, warmup_s: float | None = None, seed: int = 0,
-              progress: bool | None = None, workdir=None) -> LoadResult:
+              progress: bool | None = None, workdir=None, fit_model: bool = False) -> LoadResult:
     """Drive a store with open-loop Poisson traffic at each of ``rates`` (requests/s).
 
     Args:
@@ -163,7 +163,8 @@ def load_test(trace, config="sdm-nand", *, rates=None, search: bool = False,
         io_mode: override the config's (see the module docstring for what each measures).
         store: an existing store directory matching the trace's tables; None builds one in a
             temporary directory (``dim`` columns, format ``fmt``; the model's dim with one).
-        model: a DLRM preset: every request also runs the forward pass.
+        model: a DLRM preset: every request also runs the forward pass. Its tables must be
+            the trace's unless ``fit_model`` (as :func:`sdm.replay.live.replay`).
         request_size: samples per request (None: a trace batch, or its request ids).
         warmup_s: seconds of each rate left out of the figures (default: 10% of duration).
         progress: a progress bar (None: on a terminal only).
@@ -199,7 +200,7 @@ def load_test(trace, config="sdm-nand", *, rates=None, search: bool = False,
             with Store.open(store, config=config) as st:
                 names = check_store_tables(st, tr.table_sizes)
                 works = _works(tr, names, request_size)
-                net = make_model(model, st, seed) if model is not None else None
+                net = make_model(model, st, seed, tr.table_sizes, fit=fit_model) if model is not None else None
                 if net is not None:
                     works = [_with_dense(w, net, seed + i) for i, w in enumerate(works)]
                 runner = _Runner(st, os.fspath(store), config, works, net, workers, processes,
@@ -461,7 +462,7 @@ def _processes(runner, arrivals: np.ndarray):
 def _process_worker(path, config, works, model, seed, todo, results) -> None:
     try:
         with Store.open(path, config=config) as store:
-            net = make_model(model, store, seed) if model is not None else None
+            net = make_model(model, store, seed, fit=True) if model is not None else None  # checked by the parent
             _serve(store, net, works[0])
             results.put(("ready", None))
             cpu0 = time.process_time_ns()

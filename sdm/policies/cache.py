@@ -20,7 +20,7 @@ __all__ = ["POLICIES", "ADMISSIONS", "Admission", "AccessResult", "Cache", "chec
 
 POLICIES = K.POLICY_NAMES
 ADMISSIONS = ("threshold", "tinylfu")
-_MAX_CAPACITY = (1 << 31) - 1  # slots are int32 inside the kernels
+MAX_CAPACITY = (1 << 31) - 1  # slots are int32 inside the kernels
 _EMPTY_I64 = np.empty(0, dtype=np.int64)
 
 
@@ -32,7 +32,7 @@ def check_policy(policy) -> int:
 
 def check_capacity(capacity) -> int:
     """A capacity in slots: an integer in ``[1, 2**31 - 1]``."""
-    return check_int(capacity, "capacity", lo=1, hi=_MAX_CAPACITY)
+    return check_int(capacity, "capacity", lo=1, hi=MAX_CAPACITY)
 
 
 def check_keys(keys, *, what: str = "keys") -> np.ndarray:

@@ -18,65 +18,34 @@ import dataclasses
 import hashlib
 import math
 import os
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from tqdm.auto import tqdm
 
+from sdm.progress import progress_bar
 from sdm.store.config import HierarchyConfig, resolve_config, with_io_mode
 from sdm.devices import DEVICES, DeviceSpec
 from sdm.errors import ConfigError, InvalidArgumentError
-from sdm.formats import check_dim, check_format, row_bytes
+from sdm.formats import check_dim, check_format
 from sdm.replay.queueing import DEFAULT_SLA_US, SlaError, check_sla_us, latency_percentiles_us
 from sdm.replay.requests import check_request_size, iter_requests
-from sdm.store.store import Store, TableSpec
+from sdm.store.build import build_store, check_space, store_bytes, table_names
+from sdm.store.store import Store
 from sdm.trace.format import Trace, load
 from sdm.validate import check_int
 
 __all__ = ["ReplayResult", "replay", "build_store", "dram_hit_rate", "DEFAULT_DIM", "table_names", "COUNTERS",
-           "config_devices"]
+           "config_devices", "SlaError"]
 
 DEFAULT_DIM = 64
 _MAX_CURVE_POINTS = 256
-_ROWS_PER_CHUNK = 1 << 16
 #: Tier counters that accumulate (a replay reports their change over the measured requests);
 #: every other field of a tier's stats is reported as it stands at the end.
 COUNTERS = ("hits", "misses", "reads", "bytes_read", "useful_bytes", "modeled_ns", "energy_j",
             "wall_ns", "not_admitted", "prefetched", "prefetch_already_cached", "prefetch_skipped",
             "prefetch_used", "prefetch_wasted")
-
-
-def table_names(num_tables: int) -> list[str]:
-    """Names of the tables a replay store holds: ``emb_0 ...`` (the DLRM's default names)."""
-    return [f"emb_{t}" for t in range(num_tables)]
-
-
-def _rows(num_rows: int, dim: int, seed: int, table: int):
-    """Deterministic ``(k, dim)`` float32 chunks, uniform in ``+-sqrt(1 / num_rows)``; each
-    chunk has its own generator, so rows do not depend on the chunking."""
-    bound = np.float32(math.sqrt(1.0 / num_rows))
-    for start in range(0, num_rows, _ROWS_PER_CHUNK):
-        rng = np.random.default_rng([seed, table, start // _ROWS_PER_CHUNK])
-        block = rng.random((min(_ROWS_PER_CHUNK, num_rows - start), dim), dtype=np.float32)
-        block *= 2 * bound
-        block -= bound
-        yield block
-
-
-def build_store(path, table_sizes, *, dim: int = DEFAULT_DIM, fmt: str = "fp32", seed: int = 0,
-                progress: bool | None = None) -> str:
-    """Create a store at ``path`` with one table ``emb_t`` of ``table_sizes[t]`` rows of
-    ``dim`` per trace table, filled with deterministic random rows. Returns the path."""
-    dim, fmt = check_dim(dim), check_format(fmt)
-    names = table_names(len(table_sizes))
-    specs = [TableSpec(n, int(rows), dim, fmt) for n, rows in zip(names, table_sizes)]
-    with Store.create(path, specs) as store:
-        for t, spec in enumerate(specs):
-            store.write_table(spec.name, _rows(spec.num_rows, spec.dim, seed, t), progress=progress)
-    return os.fspath(path)
 
 
 @dataclass
@@ -106,6 +75,10 @@ class ReplayResult:
 
     ``extra``: further per-run counters (prefetch, placement, model ...), copied into the
     JSON as they are.
+
+    ``pooled``: with a pooled-embedding cache, its counters over the measured requests
+    (``bags``, ``hits``, ``served_lookups`` ...), ``bag_share`` (hits / non-empty bags) and
+    ``lookup_share`` (served lookups / lookups); None without one.
     """
 
     trace: str
@@ -131,11 +104,18 @@ class ReplayResult:
     host: str | None = None
     request_definition: str = "batch"
     extra: dict = field(default_factory=dict)
+    pooled: dict | None = None
 
     @property
     def latency_us(self) -> dict:
         """Modeled per-request latency percentiles ``p50 p95 p99 p999`` (µs, zero load)."""
         return latency_percentiles_us(self.service_ns)
+
+    @property
+    def measured_latency_us(self) -> dict:
+        """Wall-clock time of each serving call, percentiles as :attr:`latency_us` (µs): what
+        the devices really took under ``direct`` and ``paced``, CPU time under ``modeled``."""
+        return latency_percentiles_us(self.wall_ns)
 
     @property
     def cpu_us_per_request(self) -> float:
@@ -160,7 +140,7 @@ class ReplayResult:
 
     @property
     def hit_rate(self) -> float:
-        return dram_hit_rate(self.tiers)
+        return dram_hit_rate(self.tiers, self.pooled["served_lookups"] if self.pooled else 0)
 
     @property
     def qps_at_sla(self) -> float | None:
@@ -200,11 +180,12 @@ class ReplayResult:
             "wall_s": self.wall_s, "lookups_per_s": finite(self.lookups_per_s),
             "lookups_per_s_after_first": finite(self.lookups_per_s_after_first),
             "hit_rate": self.hit_rate, "tiers": [dict(t) for t in self.tiers],
-            "latency_us": self.latency_us, "modeled_s": self.modeled_s,
+            "latency_us": self.latency_us, "measured_latency_us": self.measured_latency_us,
+            "modeled_s": self.modeled_s,
             "sla_us": self.sla_us, "qps_at_sla": finite(self.qps_at_sla), "host": self.host,
             "sla": None if self.sla is None else self.sla.to_json(),
             "cpu_us_per_request": self.cpu_us_per_request, "energy_j": self.energy_j,
-            "extra": self.extra,
+            "pooled_cache": self.pooled, "extra": self.extra,
         }
 
 
@@ -220,11 +201,13 @@ def _diff(after: dict, before: dict | None) -> dict:
     return out
 
 
-def dram_hit_rate(tiers: list) -> float:
+def dram_hit_rate(tiers: list, served_whole: int = 0) -> float:
     """Share of the row reads a hierarchy served from DRAM: resident ``dram`` tiers (the
     ``dram`` preset, tables pinned whole) count as hits, then the first cache's hits and
-    misses; a backing tier read directly counts as misses."""
-    hits = total = 0
+    misses; a backing tier read directly counts as misses. ``served_whole``: lookups of bags
+    a pooled-embedding cache served whole, each a row served from DRAM (so a pooled cache,
+    which takes hot bags away from the tiers, never lowers the rate)."""
+    hits = total = served_whole
     for t in tiers:
         h = t.get("hits", 0)
         if t.get("kind") == "dram":
@@ -266,9 +249,19 @@ def check_store_tables(store: Store, table_sizes) -> list[str]:
     return [s.name for s in specs]
 
 
-def make_model(preset: str, store: Store, seed: int):
+def _shape(sizes) -> str:
+    sizes = [int(x) for x in sizes]
+    shown = ", ".join(f"{x:,}" for x in sizes[:4]) + (", ..." if len(sizes) > 4 else "")
+    return f"{len(sizes)} table{'' if len(sizes) == 1 else 's'} ({shown} rows)"
+
+
+def make_model(preset: str, store: Store, seed: int, table_sizes=None, *, fit: bool = False):
     """A seeded DLRM of ``preset``'s MLPs whose embedding tables are ``store``'s (their dim
-    must be the preset's)."""
+    must be the preset's).
+
+    ``table_sizes``: the rows the trace's tables need. Unless ``fit``, they must match the
+    preset's tables (as many, each within the preset's rows): a model is never silently
+    given other tables. With ``fit``, the preset's MLPs are rebuilt over the store's tables."""
     from sdm.model import DLRM, get_preset
     from sdm.model.sparse import SparseArch
 
@@ -278,6 +271,11 @@ def make_model(preset: str, store: Store, seed: int):
     if dims != [p.dim]:
         raise ConfigError(f"model preset {p.name!r} has dim {p.dim} but the store's tables have dim "
                           f"{dims}; build the store with --dim {p.dim}")
+    need = [s.num_rows for s in specs] if table_sizes is None else [int(x) for x in table_sizes]
+    if not fit and (len(need) != len(p.table_sizes) or any(n > m for n, m in zip(need, p.table_sizes))):
+        raise ConfigError(f"model preset {p.name!r} has {_shape(p.table_sizes)} but the trace has "
+                          f"{_shape(need)}; pass --fit-model (fit_model=True) to rebuild the preset's "
+                          f"MLPs over the trace's tables")
     arch = dataclasses.replace(p, table_sizes=tuple(s.num_rows for s in specs))
     model = DLRM.random(arch, seed=seed, materialize=False)
     model.sparse = SparseArch(table_sizes=arch.table_sizes, dim=p.dim, seed=seed,
@@ -289,7 +287,7 @@ def replay(trace, config="dram", *, store=None, model: str | None = None, dim: i
            fmt: str = "fp32", io_mode: str | None = None, sla_us: float | None = DEFAULT_SLA_US,
            request_size: int | None = None, warmup_batches: int = 0, max_batches: int | None = None,
            seed: int = 0, progress: bool | None = None, workdir=None, warm: bool = True,
-           checksum: bool = False) -> ReplayResult:
+           checksum: bool = False, fit_model: bool = False) -> ReplayResult:
     """Replay ``trace`` through a store under hierarchy ``config``.
 
     Args:
@@ -301,6 +299,9 @@ def replay(trace, config="dram", *, store=None, model: str | None = None, dim: i
         model: a DLRM preset name (``sdm.model.PRESETS``): requests run the whole forward
             (bottom MLP, lookups through the store, interaction, top MLP); dense features
             come from the trace, or seeded random ones when it has none of the right width.
+            The trace's tables must be the preset's (ConfigError naming both) unless
+            ``fit_model``, which rebuilds the preset's MLPs over the trace's tables (the
+            result says so: ``extra["model_tables"]``).
         io_mode: override the config's ``modeled`` / ``paced`` / ``direct``.
         sla_us: the p99 latency bound (recorded; the host model finds the QPS within it).
         request_size: samples per request, or None (see :mod:`sdm.replay.requests`).
@@ -317,17 +318,14 @@ def replay(trace, config="dram", *, store=None, model: str | None = None, dim: i
 
     Raises:
         TraceNotFoundError, TraceFormatError: the trace. ConfigError: the config, the model
-        preset, or a store whose tables do not match. SlaError: an SLA no rate can meet.
+        preset, or a store whose tables do not match. SlaError: an SLA that is not a number
+        > 0. An SLA no rate meets is a result: ``sla.qps`` 0 and ``sla.reason``.
     """
     config = resolve_config(config)
     if io_mode is not None:
         config = with_io_mode(config, io_mode)
     if sla_us is not None:
         sla_us = check_sla_us(sla_us)
-        floor_ns = min(tc.device.latency_ns(1) for tc in config.tiers)
-        if sla_us * 1e3 < floor_ns:
-            raise SlaError(f"SLA {sla_us:g} us is below {floor_ns / 1e3:g} us, the read latency of the "
-                           f"fastest device of hierarchy {config.name!r}; no request rate meets it")
     request_size = check_request_size(request_size)
     warmup_batches = check_int(warmup_batches, "warmup_batches", lo=0)
     if max_batches is not None:
@@ -355,7 +353,7 @@ def replay(trace, config="dram", *, store=None, model: str | None = None, dim: i
                 _warm(tr, store, config, request_size)
             with Store.open(store, config=config) as st:
                 return _replay(tr, st, config, model, request_size, warmup_batches, max_batches,
-                               sla_us, seed, progress, checksum)
+                               sla_us, seed, progress, checksum, fit_model)
     finally:
         if owned:
             tr.close()
@@ -364,15 +362,9 @@ def replay(trace, config="dram", *, store=None, model: str | None = None, dim: i
 def _check_space(directory, table_sizes, dim, fmt, config) -> None:
     """Refuse a store the disk cannot hold: the LMDB copy of every row, and as much again
     for the SCM row files of an ``mmap`` tier."""
-    need = int(np.sum(np.asarray(table_sizes, dtype=np.int64))) * row_bytes(fmt, int(dim))
-    if any(tc.kind == "mmap" for tc in config.tiers):
-        need *= 2
-    free = shutil.disk_usage(directory).free
-    if need > free:
-        raise InvalidArgumentError(
-            f"a store for this trace needs about {need / 2**30:.1f} GiB (dim {dim}, {fmt}) but "
-            f"{directory} has {free / 2**30:.1f} GiB free; use a smaller --dim, --fmt int8, "
-            f"another --workdir, or an existing --store")
+    need = store_bytes(table_sizes, dim, fmt) * (2 if any(tc.kind == "mmap" for tc in config.tiers) else 1)
+    check_space(directory, need, hint=f"dim {dim}, {fmt}; use a smaller --dim, --fmt int8, "
+                                      f"another --workdir, or an existing --store")
 
 
 def _warm(tr, path, config, request_size) -> None:
@@ -384,16 +376,17 @@ def _warm(tr, path, config, request_size) -> None:
 
 
 def _replay(tr, st: Store, config, model_name, request_size, warmup, max_batches, sla_us, seed,
-            progress, checksum) -> ReplayResult:
+            progress, checksum, fit_model) -> ReplayResult:
     names = check_store_tables(st, tr.table_sizes)
     specs = list(st.tables.values())
-    model = make_model(model_name, st, seed) if model_name is not None else None
+    model = (make_model(model_name, st, seed, tr.table_sizes, fit=fit_model)
+             if model_name is not None else None)
     last = len(tr) if max_batches is None else min(len(tr), warmup + max_batches)
     total = int(tr.batch_lookups[warmup:last].sum())
     for name in names:  # load resident tables and row files now, not inside the first request
         st.lookup(name, np.empty(0, dtype=np.int64))
     service, cpu, walls, sizes, curve = [], [], [], [], []
-    before = None
+    before = pooled_before = None
     lookups = samples = 0
     wall = 0.0
     step = max(1, total // _MAX_CURVE_POINTS)
@@ -401,14 +394,15 @@ def _replay(tr, st: Store, config, model_name, request_size, warmup, max_batches
     rng = np.random.default_rng([seed, 7])
     probs = 0.0
     digest = hashlib.sha256() if checksum else None
-    bar = tqdm(total=total, unit="lookup", unit_scale=True, desc=f"replay {config.name}",
-               disable=(None if progress is None else not progress), leave=False)
+    bar = progress_bar(total=total, unit="lookup", unit_scale=True, desc=f"replay {config.name}",
+                       show=progress)
     try:
         batches = (tr[i] for i in range(last))
         for req in iter_requests(batches, request_size):
             measured = req.batch >= warmup
             if measured and before is None:
-                before = st.stats()["tiers"]
+                first = st.stats()
+                before, pooled_before = first["tiers"], first.get("pooled_cache")
             if model is not None:
                 dense = req.dense
                 if dense is None or dense.ndim != 2 or dense.shape[1] != model.num_dense:
@@ -444,7 +438,8 @@ def _replay(tr, st: Store, config, model_name, request_size, warmup, max_batches
             bar.update(n)
             if lookups >= next_sample:
                 next_sample = lookups + step
-                rate = dram_hit_rate(_diff_list(st.stats()["tiers"], before))
+                now = st.stats()
+                rate = dram_hit_rate(_diff_list(now["tiers"], before), _served(now, pooled_before))
                 curve.append((len(service), rate))
                 bar.set_postfix_str(f"hit rate {rate:.3f}", refresh=False)
     finally:
@@ -453,8 +448,9 @@ def _replay(tr, st: Store, config, model_name, request_size, warmup, max_batches
             model.close()
     stats = st.stats()
     tiers = _diff_list(stats["tiers"], before)
+    pooled = _pooled_diff(stats.get("pooled_cache"), pooled_before, lookups)
     if not curve or curve[-1][0] != len(service):
-        curve.append((len(service), dram_hit_rate(tiers)))
+        curve.append((len(service), dram_hit_rate(tiers, _served(stats, pooled_before))))
     service_ns = np.asarray(service, dtype=np.int64)
     result = ReplayResult(
         trace=tr.path, config=config.name, io_mode=config.io_mode, model=model_name,
@@ -462,19 +458,47 @@ def _replay(tr, st: Store, config, model_name, request_size, warmup, max_batches
         batches=max(0, last - warmup), requests=len(service), samples=samples, lookups=lookups,
         wall_s=wall, tiers=tiers, service_ns=service_ns, cpu_ns=np.asarray(cpu, dtype=np.int64),
         wall_ns=np.asarray(walls, dtype=np.int64), request_lookups=np.asarray(sizes, dtype=np.int64),
-        curve=np.asarray(curve, dtype=np.float64).reshape(-1, 2), sla_us=sla_us)
+        curve=np.asarray(curve, dtype=np.float64).reshape(-1, 2), sla_us=sla_us, pooled=pooled)
     if request_size is not None:
         result.request_definition = f"{request_size} samples"
     elif warmup < last and tr[warmup].request_ids is not None:
         result.request_definition = "request_ids"
     if model is not None:
         result.extra["mean_click_probability"] = probs / samples if samples else 0.0
+        if fit_model:
+            result.extra["model_tables"] = (f"{model_name}'s MLPs rebuilt over the trace's "
+                                            f"{_shape(tr.table_sizes)} (--fit-model)")
     if checksum:
         result.extra["checksum"] = digest.hexdigest()
     modeled = int(service_ns.sum())
     for t in tiers:
         t["utilization"] = t.get("modeled_ns", 0) / modeled if modeled else 0.0
     return result
+
+
+def _served(stats: dict, pooled_before: dict | None) -> int:
+    """Lookups the pooled cache served whole since ``pooled_before`` (0 without one)."""
+    now = stats.get("pooled_cache")
+    if now is None:
+        return 0
+    return now["served_lookups"] - (pooled_before["served_lookups"] if pooled_before else 0)
+
+
+_POOLED_COUNTERS = ("bags", "empty", "cache_hits", "batch_repeats", "hits", "misses", "inserted",
+                    "evicted", "served_lookups")
+
+
+def _pooled_diff(after: dict | None, before: dict | None, lookups: int) -> dict | None:
+    """The pooled cache's counters over the measured requests, with the shares it served."""
+    if after is None:
+        return None
+    out = {k: after[k] - (before[k] if before else 0) for k in _POOLED_COUNTERS}
+    out.update(bytes_used=after["bytes_used"], capacity_bytes=after["capacity_bytes"],
+               entries=after["entries"])
+    nonempty = out["bags"] - out["empty"]
+    out["bag_share"] = out["hits"] / nonempty if nonempty else 0.0
+    out["lookup_share"] = out["served_lookups"] / lookups if lookups else 0.0
+    return out
 
 
 def _diff_list(after: list, before: list | None) -> list:

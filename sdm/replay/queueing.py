@@ -16,14 +16,18 @@ FCFS server:
 * the *QPS at SLA* is the highest ``lambda`` whose response-time percentile (p99 by
   default) stays within the SLA, found by bisection to a relative tolerance.
 
-A zero-load percentile above the SLA means no rate meets it (the devices alone are too
-slow): :class:`SlaError`.
+Every percentile here, reported or searched, is the nearest-rank one
+(:func:`percentile_of`): a value some request really took, and unchanged by cycling the
+service times, so the p99 a replay prints is exactly the zero-load p99 the SLA search
+starts from. A zero-load percentile above the SLA means no rate meets it (the devices alone
+are too slow): the result says so, with QPS 0 and the reason.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -33,7 +37,7 @@ from sdm.errors import InvalidArgumentError
 from sdm.validate import check_int, check_number
 from sdm.tiers.metered import DeviceQueue
 
-__all__ = ["SlaError", "SlaResult", "DEFAULT_SLA_US", "PERCENTILES", "latency_percentiles_us",
+__all__ = ["SlaError", "SlaResult", "DEFAULT_SLA_US", "PERCENTILES", "percentile_of", "latency_percentiles_us",
            "response_times_ns", "response_percentile_ns", "qps_at_sla", "check_sla_us",
            "service_ns_array"]
 
@@ -46,7 +50,7 @@ _MIN_ARRIVALS = 100_000
 
 
 class SlaError(InvalidArgumentError):
-    """An SLA no request rate can meet (below the devices' own latency), or not a number > 0."""
+    """An SLA that is not a number > 0, or one that does not bound the rate at all."""
 
 
 def check_sla_us(sla_us) -> float:
@@ -66,14 +70,27 @@ def _check_service(service_ns) -> np.ndarray:
     return s
 
 
+def _rank_index(n: int, q: float) -> int:
+    """The 0-based position of the nearest-rank ``q`` percentile among ``n`` sorted values:
+    ``ceil(q n / 100) - 1``, computed exactly (``99.9 * 1000`` is not 99900 in floats)."""
+    return max(0, math.ceil(Fraction(repr(float(q))) * n / 100) - 1)
+
+
+def percentile_of(values, q: float) -> float:
+    """The nearest-rank ``q`` percentile of a non-empty ``(n,)`` array: the smallest value
+    that at least ``q`` % of the values do not exceed. The one definition sdm reports."""
+    a = np.asarray(values)
+    k = _rank_index(a.shape[0], q)
+    return float(np.partition(a, k)[k])
+
+
 def latency_percentiles_us(latency_ns) -> dict:
     """``{"p50", "p95", "p99", "p999"}`` of ``(n,)`` latencies in ns, in microseconds
-    (numpy's linear interpolation; zeros for an empty array)."""
+    (nearest rank, :func:`percentile_of`; zeros for an empty array)."""
     s = _check_service(latency_ns)
     if s.size == 0:
         return {k: 0.0 for k in PERCENTILES}
-    values = np.percentile(s, list(PERCENTILES.values()))
-    return {k: float(v) / 1e3 for k, v in zip(PERCENTILES, values)}
+    return {k: percentile_of(s, q) / 1e3 for k, q in PERCENTILES.items()}
 
 
 @jit
@@ -117,20 +134,15 @@ class _Queue:
 
     def percentile(self, rate_per_s: float, q: float) -> float:
         self._run(rate_per_s, np.inf)
-        return float(np.percentile(self.out, q))
+        return percentile_of(self.out, q)
 
     def within(self, rate_per_s: float, q: float, limit: float) -> bool:
-        """Whether the ``q`` percentile (numpy's linear interpolation) is ``<= limit``,
-        decided from the count of responses above ``limit`` unless it falls between the two
-        order statistics the interpolation uses."""
+        """Whether the ``q`` percentile (:func:`percentile_of`) is ``<= limit``: the sorted
+        responses' value at the rank index is, exactly when no more responses than those
+        after it exceed ``limit``."""
         over = self._run(rate_per_s, limit)
         n = self.out.shape[0]
-        k = int(math.floor((n - 1) * q / 100.0))
-        if over <= n - k - 2:  # x[k + 1] <= limit
-            return True
-        if over >= n - k:  # x[k] > limit
-            return False
-        return float(np.percentile(self.out, q)) <= limit
+        return over <= n - 1 - _rank_index(n, q)
 
 
 def response_times_ns(service_ns, rate_per_s: float, *, min_arrivals: int = _MIN_ARRIVALS,
@@ -155,7 +167,8 @@ class SlaResult:
     ``qps``: the highest arrival rate meeting the SLA (``inf`` when every service time is 0);
     ``latency_at_qps_us``: the percentile reached there; ``zero_load_us``: the percentile
     with no queueing; ``saturation_qps``: ``1 / mean service`` (utilization 1);
-    ``utilization``: ``qps`` x mean service.
+    ``utilization``: ``qps`` x mean service; ``reason``: why ``qps`` is 0 when no rate
+    meets the SLA (None when one does).
     """
 
     sla_us: float
@@ -166,6 +179,7 @@ class SlaResult:
     saturation_qps: float
     utilization: float
     arrivals: int
+    reason: str | None = None
 
     def to_json(self) -> dict:
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
@@ -175,11 +189,11 @@ class SlaResult:
 def qps_at_sla(service_ns, sla_us, *, percentile: float = 99.0, min_arrivals: int = _MIN_ARRIVALS,
                seed: int = 0, rtol: float = 1e-4) -> SlaResult:
     """The highest Poisson arrival rate whose response-time ``percentile`` stays within
-    ``sla_us``, for requests with service times ``service_ns`` ``(n,)`` (ns).
+    ``sla_us``, for requests with service times ``service_ns`` ``(n,)`` (ns). An SLA below
+    the zero-load percentile is met by no rate: ``qps`` 0, and ``reason`` names both.
 
     Raises:
-        SlaError: ``sla_us`` not > 0, or below the zero-load percentile (no rate meets it;
-            the message names both).
+        SlaError: ``sla_us`` not > 0, or met at every rate.
         InvalidArgumentError: no service times, or negative / non-finite ones.
     """
     sla_us = check_sla_us(sla_us)
@@ -189,13 +203,13 @@ def qps_at_sla(service_ns, sla_us, *, percentile: float = 99.0, min_arrivals: in
     sla_ns = sla_us * 1e3
     zero = queue.percentile(0.0, percentile)
     n = int(queue.service.size)
+    saturation = 1e9 / queue.mean_ns if queue.mean_ns else float("inf")
     if zero > sla_ns:
-        raise SlaError(f"SLA {sla_us:g} us is below the devices' own p{percentile:g} latency of "
-                       f"{zero / 1e3:,.1f} us per request at zero load; no request rate meets it")
+        why = (f"SLA {sla_us:g} us is below the devices' own p{percentile:g} latency of "
+               f"{zero / 1e3:,.1f} us per request at zero load; no request rate meets it")
+        return SlaResult(sla_us, float(percentile), 0.0, zero / 1e3, zero / 1e3, saturation, 0.0, n, why)
     if queue.mean_ns == 0.0:
-        inf = float("inf")
-        return SlaResult(sla_us, float(percentile), inf, 0.0, 0.0, inf, 0.0, n)
-    saturation = 1e9 / queue.mean_ns
+        return SlaResult(sla_us, float(percentile), float("inf"), 0.0, 0.0, saturation, 0.0, n)
     lo, hi = 0.0, saturation
     for _ in range(64):  # beyond saturation the queue grows without bound, but a finite run may still fit
         if not queue.within(hi, percentile, sla_ns):

@@ -13,7 +13,8 @@ import numpy as np
 
 from sdm.errors import InvalidArgumentError
 
-__all__ = ["replay_markdown", "comparison_table", "sweep_markdown", "plot_replay", "plot_sweep"]
+__all__ = ["replay_markdown", "comparison_table", "sweep_markdown", "plot_replay", "plot_sweep", "check_plot_path",
+           "plural", "request_text"]
 
 
 def _us(x) -> str:
@@ -35,27 +36,52 @@ def _bytes(n) -> str:
     return f"{n:,} B"
 
 
+def plural(n: int, word: str) -> str:
+    """``"1 batch"``, ``"32 batches"``, ``"1,024 requests"``."""
+    return f"{n:,} {word if n == 1 else (word + 'es' if word.endswith(('s', 'ch')) else word + 's')}"
+
+
+def request_text(definition: str) -> str:
+    """What one request of a replay is, from its ``request_definition``."""
+    return {"batch": "one trace batch",
+            "request_ids": "one request id (user x items) of a batch"}.get(definition, f"{definition} of a batch")
+
+
 def replay_markdown(r) -> str:
     """A Markdown summary of one :class:`~sdm.replay.live.ReplayResult`."""
     j = r.to_json()
     lat = j["latency_us"]
-    what = f"{r.requests:,} requests ({r.samples:,} samples, {r.lookups:,} lookups) from {r.batches} batches"
+    what = (f"{plural(r.requests, 'request')} ({plural(r.samples, 'sample')}, {plural(r.lookups, 'lookup')}) "
+            f"from {plural(r.batches, 'batch')}")
     lines = [
         f"# sdm replay: `{os.path.basename(r.trace)}` through `{r.config}`", "",
-        f"- {what}; a request is " + {"batch": "one trace batch",
-                                      "request_ids": "one request id (user x items) of a batch"}.get(
-            r.request_definition, f"{r.request_definition} of a batch"),
+        f"- {what}; a request is {request_text(r.request_definition)}",
         f"- rows: dim {r.dim}, {r.fmt}; io mode `{r.io_mode}`" + (f"; model `{r.model}`" if r.model else ""),
         f"- replay speed: {r.lookups_per_s:,.0f} lookups/s ({r.wall_s:.3f} s in serving calls; "
         f"{r.lookups_per_s_after_first:,.0f} after the first request, which pays the store's setup); "
         f"CPU {r.cpu_us_per_request:,.1f} µs per request",
         f"- DRAM hit rate (share of row reads served from DRAM; a cache counts distinct rows "
-        f"per request): {r.hit_rate:.4f}",
+        f"per request" + ("; each lookup of a bag the pooled cache served whole counts as one"
+                          if r.pooled else "") + f"): {r.hit_rate:.4f}",
         f"- modeled device time: {j['modeled_s']:.4f} s; energy over it {r.energy_j:.4f} J", "",
-        "## Modeled latency per request (zero load)", "",
-        "| p50 | p95 | p99 | p99.9 |", "|---|---|---|---|",
-        f"| {_us(lat['p50'])} | {_us(lat['p95'])} | {_us(lat['p99'])} | {_us(lat['p999'])} |", "",
+        "## Latency per request (zero load)", "",
+        "| | p50 | p95 | p99 | p99.9 |", "|---|---|---|---|---|",
+        f"| modeled (device model) | {_us(lat['p50'])} | {_us(lat['p95'])} | {_us(lat['p99'])} "
+        f"| {_us(lat['p999'])} |",
     ]
+    if r.io_mode != "modeled":  # the devices really read (direct) or were waited for (paced)
+        m = j["measured_latency_us"]
+        lines.append(f"| measured (wall clock, {r.io_mode}) | {_us(m['p50'])} | {_us(m['p95'])} "
+                     f"| {_us(m['p99'])} | {_us(m['p999'])} |")
+    lines.append("")
+    if r.pooled:
+        p = r.pooled
+        lines += ["## Pooled-embedding cache", "",
+                  f"- {p['hits']:,} of {p['bags'] - p['empty']:,} non-empty bags served whole "
+                  f"({p['bag_share']:.1%}: {p['cache_hits']:,} cached, {p['batch_repeats']:,} repeated "
+                  f"within a batch); their {p['served_lookups']:,} lookups ({p['lookup_share']:.1%} of "
+                  f"all) never reached a tier",
+                  f"- {p['entries']:,} entries, {_bytes(p['bytes_used'])} of {_bytes(p['capacity_bytes'])}", ""]
     if r.sla is not None:
         s = r.sla
         at = "" if s.point is None else f"; p{s.percentile:g} there {_us(s.point.latency_us['p99'])}"
@@ -63,18 +89,22 @@ def replay_markdown(r) -> str:
                   f"- SLA: p{s.percentile:g} <= {_us(s.sla_us)}; the host model (`sdm host`) on host "
                   f"`{r.host}`: the warm trace's requests as Poisson traffic on its cores and devices",
                   f"- **QPS at SLA: {_qps(r.qps_at_sla)}** requests/s per host (bottleneck {s.bottleneck}"
-                  f"{at}; zero-load p{s.percentile:g} {_us(s.zero_load_us)})", ""]
+                  f"{at}; zero-load p{s.percentile:g} {_us(s.zero_load_us)})"]
+        lines += [f"- no rate meets the SLA: {s.reason}", ""] if s.qps == 0 else [""]
     lines += ["## Tiers", "",
-              "| tier | device | hits | misses | reads (blocks) | bytes read | read amp. | busy share "
-              "| util. at SLA | energy J |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              "| tier | device | io mode | hits | misses | reads (blocks) | bytes read | read amp. "
+              "| busy share | util. at SLA | energy J | modeled ms | measured ms |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for t in r.tiers:
         util = t.get("utilization_at_sla")
         lines.append(
-            f"| {t['name']} | {t.get('device', '-')} | {t.get('hits', 0):,} | {t.get('misses', 0):,} "
-            f"| {t.get('reads', 0):,} | {_bytes(t.get('bytes_read', 0))} "
+            f"| {t['name']} | {t.get('device', '-')} | {t.get('io_mode', '-')} | {t.get('hits', 0):,} "
+            f"| {t.get('misses', 0):,} | {t.get('reads', 0):,} | {_bytes(t.get('bytes_read', 0))} "
             f"| {t.get('read_amplification', 0.0):.2f} | {t.get('utilization', 0.0):.3f} "
-            f"| {'-' if util is None else f'{util:.3f}'} | {t.get('energy_j', 0.0):.4f} |")
+            f"| {'-' if util is None else f'{util:.3f}'} | {t.get('energy_j', 0.0):.4f} "
+            f"| {t.get('modeled_ns', 0) / 1e6:,.3f} | {t.get('wall_ns', 0) / 1e6:,.3f} |")
+    lines += ["", "measured ms: each tier's own wall-clock time in reads (a cache's without the "
+                  "tier below it)"]
     if r.extra:
         lines += ["", "## Extra", ""] + [f"- {k}: {v}" for k, v in r.extra.items()]
     return "\n".join(lines) + "\n"
@@ -149,9 +179,17 @@ def plot_replay(r, outdir) -> list[str]:
     return paths
 
 
+def check_plot_path(path) -> None:
+    """InvalidArgumentError when ``path``, where a plot goes, is a directory."""
+    if os.path.isdir(path):
+        raise InvalidArgumentError(f"cannot write the sweep plot to {os.fspath(path)!r}: it is a "
+                                   f"directory (give a file name like sweep.png)")
+
+
 def plot_sweep(s, path) -> str:
     """Miss-ratio curves per policy (belady dashed, the lower bound) and QPS at SLA per device
     and cache size; one PNG at ``path``."""
+    check_plot_path(path)
     plt = _pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
     mib = np.asarray(s.cache_sizes, dtype=np.float64) / (1 << 20)
@@ -177,10 +215,6 @@ def plot_sweep(s, path) -> str:
     b.set_title("modeled throughput under the SLA")
     b.grid(alpha=0.3)
     b.legend(fontsize=7)
-    if os.path.isdir(path):
-        plt.close(fig)
-        raise InvalidArgumentError(f"cannot write the sweep plot to {os.fspath(path)!r}: it is a "
-                                   f"directory (give a file name like sweep.png)")
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
     return _save(plt, fig, d, os.path.basename(path))

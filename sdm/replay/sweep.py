@@ -30,12 +30,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from sdm.kernels.jit import jit
 from sdm.store.config import HIERARCHY_PRESETS
 from sdm.devices import get_device
 from sdm.errors import InvalidArgumentError
+from sdm.progress import progress_bar
 from sdm.formats import check_dim, check_format, row_bytes as row_bytes_of
 from sdm.policies import POLICIES, simulate
 from sdm.policies.cache import check_policy
@@ -46,7 +46,7 @@ from sdm.replay.requests import KeyStream, check_request_size, key_stream
 from sdm.tiers.rowfile import HEADER_BYTES
 from sdm.tiers.metered import MAX_QUEUE_DEPTH
 from sdm.trace.format import Trace, load
-from sdm.validate import check_int
+from sdm.validate import INT64_MAX, check_int
 
 __all__ = ["SweepPoint", "SweepResult", "sweep", "request_service_ns", "DEFAULT_QUEUE_DEPTH",
            "parse_size", "segment_blocks"]
@@ -74,6 +74,8 @@ def parse_size(text) -> int:
             raise InvalidArgumentError(f"size {text!r} is not a byte count like 1048576, 64M or 1GiB") from None
     if value < 1:
         raise InvalidArgumentError(f"size {text!r} must be at least 1 byte")
+    if value > INT64_MAX:  # every byte count a kernel holds is an int64
+        raise InvalidArgumentError(f"size {text!r} is {value} bytes, more than the largest size, 2**63 - 1")
     return value
 
 
@@ -230,7 +232,8 @@ def _run_point(stream: KeyStream, policy: str, cache_bytes: int, rows: int, row_
                  "device_bytes": int(blocks.sum()) * get_device(d).access_bytes,
                  "qps_at_sla": None, "error": None}
         try:
-            entry["qps_at_sla"] = _finite(qps_at_sla(service, sla_us).qps)
+            sla = qps_at_sla(service, sla_us)
+            entry["qps_at_sla"], entry["error"] = _finite(sla.qps), sla.reason
         except SlaError as exc:
             entry["error"] = str(exc)
         out[d] = entry
@@ -265,11 +268,12 @@ def sweep(trace, *, policies=("lru",), cache_sizes=(64 << 20,), devices=("nand-p
         trace: a trace path or an open :class:`sdm.trace.Trace`.
         policies: names of ``sdm.POLICIES``; ``belady`` is added when missing.
         cache_sizes: DRAM cache sizes in bytes (ints or strings like ``"64M"``); a cache holds
-            ``size // row_bytes`` rows, as the store's cache tier does.
+            ``size // row_bytes`` rows, at most the trace's tables' rows, as the store's cache
+            tier does.
         devices: SCM device preset names (``sdm.DEVICES``).
         dim, fmt: the row shape, which fixes ``row_bytes``.
         sla_us: the p99 bound of the QPS model (a device whose zero-load p99 exceeds it
-            reports ``qps_at_sla: null`` and the reason in ``error``).
+            reports ``qps_at_sla: 0`` and the reason in ``error``).
         request_size: see :mod:`sdm.replay.requests`.
         queue_depth: SCM reads in flight per request and table.
         cache_queue_depth: DRAM line reads in flight (the presets' cache tier value).
@@ -313,6 +317,8 @@ def sweep(trace, *, policies=("lru",), cache_sizes=(64 << 20,), devices=("nand-p
     try:
         stream = key_stream(tr, request_size)
         path = tr.path
+        # a cache never holds more rows than the trace's tables have, as the store's does
+        table_rows = int(np.sum(tr.table_sizes, dtype=np.int64))
     finally:
         if owned:
             tr.close()
@@ -320,12 +326,12 @@ def sweep(trace, *, policies=("lru",), cache_sizes=(64 << 20,), devices=("nand-p
     t0 = time.perf_counter()
     if workers > 1 and len(grid) > 1:
         _load_kernels(policies, devices, rb, queue_depth, cache_queue_depth)
-    bar = tqdm(total=len(grid), unit="point", desc="sweep",
-               disable=(None if progress is None else not progress), leave=False)
+    bar = progress_bar(total=len(grid), unit="point", desc="sweep", show=progress)
 
     def one(job):
         p, s = job
-        point = _run_point(stream, p, s, s // rb, rb, devices, queue_depth, cache_queue_depth, sla_us)
+        point = _run_point(stream, p, s, min(s // rb, table_rows), rb, devices, queue_depth, cache_queue_depth,
+                           sla_us)
         bar.update(1)
         return point
 

@@ -64,6 +64,7 @@ its keys to where their numbers come from, printed beside each input in the repo
 
 from __future__ import annotations
 
+import difflib
 import os
 from dataclasses import dataclass, field
 
@@ -292,13 +293,19 @@ class _Reader:
     def has(self, key) -> bool:
         return key in self.data
 
+    def _missing(self, key, name) -> ConfigError:
+        """A required ``key`` is absent: name a key of the table that looks like it misspelt."""
+        like = difflib.get_close_matches(key, sorted(set(self.data) - self.seen), n=1, cutoff=0.75)
+        return ConfigError(f"{name} is missing (required)" + (
+            f"; the table has an unknown key {like[0]!r}: a misspelling of {key!r}?" if like else ""))
+
     def number(self, key, *, default=None, required=True, minimum=None, above=None,
                maximum=None, integer=False, default_source=_DEFAULT):
         self.seen.add(key)
         name = f"{self.where}.{key}"
         if key not in self.data:
             if default is None and required:
-                raise ConfigError(f"{name} is missing (required)")
+                raise self._missing(key, name)
             if default is not None:
                 self.out_sources[self._key(key)] = default_source
             return default
@@ -316,7 +323,7 @@ class _Reader:
         name = f"{self.where}.{key}"
         if key not in self.data:
             if default is None:
-                raise ConfigError(f"{name} is missing (required)")
+                raise self._missing(key, name)
             if default:
                 self.out_sources[self._key(key)] = default_source
             return default
@@ -328,10 +335,13 @@ class _Reader:
         self.out_sources.setdefault(self._key(key), self.given.get(key, _FILE))
         return value
 
-    def finish(self):
+    def finish(self, *, sections=()):
+        """ConfigError on any key not read; the allowed keys listed are those read and the
+        ``sections`` (tables) the caller reads elsewhere."""
         unknown = sorted(set(self.data) - self.seen)
         if unknown:
-            raise ConfigError(f"{self.where}: unknown key(s) {unknown}; allowed: {sorted(self.seen - {'sources'})}")
+            allowed = sorted((self.seen - {"sources"}) | set(sections))
+            raise ConfigError(f"{self.where}: unknown key(s) {unknown}; allowed: {allowed}")
         unsourced = sorted(set(self.given) - self.seen)
         if unsourced:
             raise ConfigError(f"{self.where}.sources names unknown key(s) {unsourced}")
@@ -360,9 +370,9 @@ def scenario_from_dict(data: dict, *, path: str | None = None) -> Scenario:
     sections = {k: v for k, v in data.items() if isinstance(v, (dict, list))}
     name = top.string("name", default="scenario")
     description = top.string("description", default="-")
-    top.finish()
-    where = f"scenario {name!r}"
     allowed = {"model", "traffic", "host", "devices", "cost", "sensitivity", "configs"}
+    top.finish(sections=allowed)
+    where = f"scenario {name!r}"
     unknown = sorted(set(sections) - allowed)
     if unknown:
         raise ConfigError(f"{where}: unknown section(s) {unknown}; allowed: {sorted(allowed)}")

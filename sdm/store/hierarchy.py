@@ -35,7 +35,9 @@ from sdm.tiers.base import CacheTier
 from sdm.tiers.dram_cache import DramCacheTier
 from sdm.tiers.lmdb import RowDB
 from sdm.devices import get_device
+from sdm.policies.cache import MAX_CAPACITY
 from sdm.tiers.io_engine import IOEngine
+from sdm.validate import check_fits_memory
 from sdm.tiers.metered import DeviceQueue, Metered, metered
 from sdm.tiers.mmap import MmapTier
 from sdm.tiers.patched import PatchedTier
@@ -92,7 +94,8 @@ class Hierarchy:
             where = f"hierarchy {config.name!r} tiers[{index}] ({tc.kind})"
             if tc.kind == "cache":
                 inner: Tier = DramCacheTier(
-                    lower, self._cache_rows(tc, widest, pinned_tables if index == first_cache else [], where),
+                    lower, self._cache_rows(tc, widest, pinned_tables if index == first_cache else [], where,
+                                            total_rows),
                     widest, policy=tc.policy, admission=tc.admission, name=_tier_name(config, index))
             else:
                 _check_capacity(tc, total_rows, total_bytes, where)
@@ -126,8 +129,9 @@ class Hierarchy:
             for layout in tables:
                 self._pin(layout)
 
-    def _cache_rows(self, tc: TierConfig, widest: int, pinned_tables, where: str) -> int:
-        """Slots of a cache tier: its capacity less the bytes of tables pinned whole."""
+    def _cache_rows(self, tc: TierConfig, widest: int, pinned_tables, where: str, store_rows: int) -> int:
+        """Slots of a cache tier: its capacity less the bytes of tables pinned whole, and never
+        more than the ``store_rows`` rows it could ever hold (more would only be allocated)."""
         pinned = sum(t.spec.num_rows * t.spec.row_bytes for t in pinned_tables)
         budget = tc.capacity_rows * widest if tc.capacity_rows is not None else tc.capacity_bytes
         rows = (budget - pinned) // widest
@@ -135,6 +139,14 @@ class Hierarchy:
             raise ConfigError(f"{where}: capacity {budget} bytes holds no row of {widest} bytes (the "
                               f"widest row of the store)" + (f" once {pinned} bytes of pinned tables "
                                                               f"are taken out" if pinned else ""))
+        rows = min(rows, max(1, store_rows - sum(t.spec.num_rows for t in pinned_tables)))
+        given = (f"capacity_rows {tc.capacity_rows}" if tc.capacity_rows is not None
+                 else f"capacity_bytes {tc.capacity_bytes} (--cache-bytes)")
+        check_fits_memory(rows * widest, f"{where}:", given, f"{rows:,} cache slots x {widest} B",
+                          error=ConfigError)
+        if rows > MAX_CAPACITY:
+            raise ConfigError(f"{where}: {given} makes {rows:,} cache slots, more than the "
+                              f"{MAX_CAPACITY:,} a cache holds")
         return rows
 
     def _pin(self, layout: TableLayout) -> None:
@@ -217,10 +229,15 @@ class Hierarchy:
     def stats(self) -> list[dict]:
         """Per tier, fast to slow: ``name``, ``kind``, ``device``, ``hits``, ``misses``,
         ``reads``, ``bytes_read``, ``useful_bytes``, ``read_amplification``, ``modeled_ns``,
-        ``energy_j``, ``wall_ns``, ``io_mode``, ``queue_depth`` and tier-specific counters.
-        With tables pinned whole, a ``pinned`` DRAM tier comes first."""
-        return [{"name": tier.name, "kind": tier.kind, "hits": 0, "misses": 0, **tier.stats()}
-                for tier in self.tiers]
+        ``energy_j``, ``wall_ns`` (the tier's own real time: a cache's excludes the reads of
+        the tier below, which it waits on), ``io_mode``, ``queue_depth`` and tier-specific
+        counters. With tables pinned whole, a ``pinned`` DRAM tier comes first."""
+        out = [{"name": tier.name, "kind": tier.kind, "hits": 0, "misses": 0, **tier.stats()}
+               for tier in self.tiers]
+        for upper, lower, tier in zip(out, out[1:], self.tiers):
+            if not tier.holds_all_rows:  # a cache calls the tier below it, inside its own time
+                upper["wall_ns"] = max(0, upper["wall_ns"] - lower["wall_ns"])
+        return out
 
     def device_stats(self) -> dict[str, dict]:
         """Per device, its shared queue's ``units``, ``spacing_ns`` (work per read), and the

@@ -45,7 +45,7 @@ import numpy as np
 from sdm.errors import ConfigError, InvalidArgumentError
 from sdm.kernels import pooled as K
 from sdm.kernels.pooling import check_offsets
-from sdm.validate import as_int_array, check_int
+from sdm.validate import as_int_array, check_fits_memory, check_int
 
 __all__ = ["PooledCache", "CHECK_MESSAGES", "MAX_CAPACITY_BYTES"]
 
@@ -83,6 +83,9 @@ class PooledCache:
     def __init__(self, capacity_bytes: int, *, _hash_bits: int = 63):
         self.capacity_bytes = check_int(capacity_bytes, "pooled cache capacity_bytes", lo=1,
                                         hi=MAX_CAPACITY_BYTES, error=ConfigError)
+        # the ring holds the entries, the index at most 0.8 x as much again (module doc)
+        check_fits_memory(int(1.8 * self.capacity_bytes), "pooled cache capacity_bytes (--pooled-cache-bytes)",
+                          self.capacity_bytes, "a log and an index", error=ConfigError)
         _hash_bits = check_int(_hash_bits, "_hash_bits", lo=0, hi=63)
         # fewer hash bits = more collisions: the tests use it to prove exact verification
         self._hash_mask = (1 << _hash_bits) - 1
@@ -189,7 +192,9 @@ class PooledCache:
         ``misses`` distinct bags handed to ``pool_misses``; ``inserted``, ``evicted``,
         ``reinserted`` (CLOCK second chances), ``invalidated`` (entries dropped by
         :meth:`invalidate`), ``too_big`` (misses whose entry alone exceeds the capacity);
-        ``bytes_used``, ``capacity_bytes``, ``entries``; ``hit_rate`` = hits / non-empty bags.
+        ``served_lookups`` the lookups of the bags served without pooling (they never reach
+        a tier); ``bytes_used``, ``capacity_bytes``, ``entries``; ``hit_rate`` = hits /
+        non-empty bags.
         """
         with self._lock:
             c = {name: int(v) for name, v in zip(K.C_NAMES, self._counters)}

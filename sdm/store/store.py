@@ -24,9 +24,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from sdm.store.config import HierarchyConfig, resolve_config
+from sdm.progress import progress_bar
 from sdm.errors import (
     InvalidArgumentError, ReadOnlyError, StoreError, StoreExistsError,
     StoreNotFoundError, UnknownTableError,
@@ -206,8 +206,8 @@ class Store:
             live = {t.table_id: t.generation for t in manifest.tables}
             self._db.delete_generations(live)  # leftovers of killed or superseded writes
             generation = manifest.next_generation
-            bar = tqdm(total=spec.num_rows, unit="row", unit_scale=True, desc=f"write {name}",
-                       disable=(None if progress is None else not progress), leave=False)
+            bar = progress_bar(total=spec.num_rows, unit="row", unit_scale=True, desc=f"write {name}",
+                               show=progress)
             try:
                 self._db.write_generation(layout, generation, chunks, progress=bar.update)
             except BaseException:
@@ -343,7 +343,7 @@ class Store:
         layout = self._readable(name)
         spec = layout.spec
         ids = check_ids(ids, spec.num_rows, what=f"id of table {name!r}")
-        self._count(len(ids), 0)
+        self._count(len(ids), 1)
         table = self._hierarchy.resident(layout)
         if table is not None:
             self._hierarchy.count_resident_hits(len(ids), layout)
@@ -462,7 +462,8 @@ class Store:
         return self._hierarchy.modeled_ns()
 
     def stats(self) -> dict:
-        """Counters since open: ``lookups``, ``batches``, and ``tiers``, a list (fast to slow)
+        """Counters since open: ``lookups``, ``batches`` (one per serving call: ``lookup``,
+        ``lookup_raw``, ``embedding_bag``, ``embedding_bags``), and ``tiers``, a list (fast to slow)
         of ``{name, hits, misses, reads, bytes_read, modeled_ns, ...}`` per tier; with a
         pooled-embedding cache, ``pooled_cache`` (its ``hits``, ``misses``, ``bytes_used``...).
         Lookups of bags the pooled cache served never reach the tiers. ``devices`` has the

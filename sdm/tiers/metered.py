@@ -119,6 +119,12 @@ class Metered(Tier):
         self._busy_ns = 0
         self._wall_ns = 0
 
+    @property
+    def true_io_mode(self) -> str:
+        """``direct`` asked of a tier that cannot read with O_DIRECT (DRAM, a cache, LMDB)
+        reads as ``modeled`` does."""
+        return "modeled" if self.io_mode == "direct" and not self.inner.supports_direct_io else self.io_mode
+
     # -- reads -----------------------------------------------------------------------
 
     def read_rows(self, layout, ids, out):
@@ -210,8 +216,9 @@ class Metered(Tier):
         """The inner tier's counters plus the device's: ``reads`` (blocks), ``bytes_read``,
         ``useful_bytes``, ``read_amplification``, ``modeled_ns`` (busy time), ``energy_j``
         (active over busy time, idle over the rest of the clock's elapsed time), ``wall_ns``
-        (real time spent in reads, including paced waits), ``device``, ``io_mode``,
-        ``queue_depth``."""
+        (real time spent in reads, including paced waits and, for a cache, the reads of
+        the tiers below it), ``device``, ``io_mode`` (how this tier really reads: ``direct``
+        only where it reads with O_DIRECT, else ``modeled``), ``queue_depth``."""
         with self._lock:
             reads, useful, busy, wall = self._reads, self._useful, self._busy_ns, self._wall_ns
         bytes_read = reads * self.device.access_bytes
@@ -219,7 +226,7 @@ class Metered(Tier):
         return {**self.inner.stats(), "reads": reads, "bytes_read": bytes_read, "useful_bytes": useful,
                 "read_amplification": bytes_read / useful if useful else 0.0,
                 "modeled_ns": round(busy), "energy_j": self.device.energy_j(busy, elapsed),
-                "wall_ns": wall, "device": self.device.name, "io_mode": self.io_mode,
+                "wall_ns": wall, "device": self.device.name, "io_mode": self.true_io_mode,
                 "queue_depth": self.queue_depth}
 
     def __repr__(self):

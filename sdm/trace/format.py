@@ -418,14 +418,22 @@ class Trace:
         if os.path.isdir(self.path):
             raise TraceFormatError(f"{self.path!r} is a directory, not a trace file", field="file",
                                    path=self.path)
+        # Told apart before numpy sees the file: numpy takes anything that is neither .npz
+        # nor .npy for a pickle, and its message advises allow_pickle=True.
+        with open(self.path, "rb") as fh:
+            head = fh.read(6)
+        if head == b"\x93NUMPY":
+            raise TraceFormatError(f"{self.path!r} is a single .npy array, not a trace archive",
+                                   field="file", path=self.path)
+        if not zipfile.is_zipfile(self.path):
+            raise TraceFormatError(f"{self.path!r} is not a readable trace (.npz) file: not an sdm trace "
+                                   f"(no zip archive; `sdm trace gen` and `sdm trace import` write them)",
+                                   field="file", path=self.path)
         try:
             self._npz = np.load(self.path, allow_pickle=False)
         except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
             raise TraceFormatError(f"{self.path!r} is not a readable trace (.npz) file: {exc}",
                                    field="file", path=self.path) from None
-        if not isinstance(self._npz, np.lib.npyio.NpzFile):
-            raise TraceFormatError(f"{self.path!r} is a single .npy array, not a trace archive",
-                                   field="file", path=self.path)
         names = self._names = set(self._npz.files)
         for key in ("schema_version", "table_sizes", "batch_sizes", "batch_lookups", "metadata"):
             if key not in names:
@@ -487,7 +495,7 @@ class Trace:
         if i < 0:
             i += n
         if not 0 <= i < n:
-            raise IdOutOfRangeError(f"batch {i} out of range for a trace of {n} batches")
+            raise IdOutOfRangeError(f"batch {i} out of range for a trace of {n} batch{'' if n == 1 else 'es'}")
         pre = f"b{i:08d}_"
         indices = self._member(pre + "indices")
         offsets = self._member(pre + "offsets")

@@ -37,7 +37,8 @@ from sdm.errors import ConfigError, IdOutOfRangeError, InvalidArgumentError
 from sdm.model.presets import PRESETS as MODEL_PRESETS
 from sdm.trace.format import Batch, TraceWriter
 from sdm.trace.stackdist import StackDistanceDistribution, generate_stack_distance_keys, read_dist_file
-from sdm.validate import check_int
+from sdm.tiers.manifest import MAX_TABLES
+from sdm.validate import check_fits_memory, check_int
 
 __all__ = [
     "PROFILES",
@@ -227,7 +228,9 @@ def get_profile(name: str = "zipf", *, tables: int | None = None, table_size=Non
     sizes, pool = p.table_sizes, p.pooling
     alphas = p.alpha
     if tables is not None or table_size is not None:
-        n = len(sizes) if tables is None else check_int(_int(tables, "tables"), "tables", lo=1, error=ConfigError)
+        # a store holds at most MAX_TABLES tables; checked before a tuple per table is built
+        n = len(sizes) if tables is None else check_int(_int(tables, "tables"), "tables", lo=1, hi=MAX_TABLES,
+                                                        error=ConfigError)
         base = table_size if table_size is not None else (sizes[0] if sizes else 1_000_000)
         sizes = _per_table(base, n, "table_size", int)
         if len(pool) != n:
@@ -275,6 +278,10 @@ def get_profile(name: str = "zipf", *, tables: int | None = None, table_size=Non
             raise ConfigError(f"pooling has {len(prof.pooling)} entries for {prof.num_tables} tables")
         if min(prof.pooling) < 0:
             raise ConfigError(f"pooling must be >= 0, got {min(prof.pooling)}")
+        per_batch = prof.batch_size * (prof.items_per_request or 1) * sum(prof.pooling)
+        check_fits_memory(int(per_batch * _BYTES_PER_LOOKUP), "batch_size x pooling",
+                          f"{prof.batch_size} x {sum(prof.pooling):g} (summed over {prof.num_tables} tables)",
+                          f"a batch of {per_batch:,.0f} lookups", error=ConfigError)
     if prof.kind == "stack-distance" and prof.dist_file is None:
         raise ConfigError("the stack-distance profile needs a distribution file (--dist FILE, the "
                           "reference DLRM's 3-line format; `sdm trace stats --dist-out` writes one)")
@@ -285,6 +292,9 @@ def get_profile(name: str = "zipf", *, tables: int | None = None, table_size=Non
 
 
 _ZIPF_HEAD = 1024
+#: Memory one generated lookup takes at its peak (its id, the draws it came from, their sort
+#: and the CSR copy), a bound for the check made before a batch is generated.
+_BYTES_PER_LOOKUP = 64
 
 
 def _zipf_tail_h(x, alpha):
@@ -562,7 +572,7 @@ class GeneratedTrace:
     def batch(self, i: int) -> Batch:
         """Batch ``i`` (0-based) of the trace."""
         if not 0 <= i < len(self):
-            raise IdOutOfRangeError(f"batch {i} out of range for a trace of {len(self)} batches")
+            raise IdOutOfRangeError(f"batch {i} out of range for a trace of {len(self)} batch{'' if len(self) == 1 else 'es'}")
         p = self.profile
         rng = np.random.default_rng([self.seed, int(i)])
         if p.kind == "meta-2021":

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 import zipfile
 
 import numpy as np
@@ -73,6 +74,10 @@ def read_fbgemm(path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             raise TraceFormatError(f"{path}: not a readable .npz ({exc})", field="file",
                                    path=path) from None
     else:
+        if not zipfile.is_zipfile(path):  # torch.save writes a zip; anything else is a bare pickle
+            raise TraceFormatError(f"{path}: not an FBGEMM trace file (an .npz of indices, offsets, "
+                                   f"lengths, or a torch.save zip of those three tensors)",
+                                   field="file", path=path)
         try:
             import torch
         except ImportError:
@@ -80,12 +85,15 @@ def read_fbgemm(path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
                               f"'sdm[peers]'); or convert it to .npz with keys indices, offsets, "
                               f"lengths") from None
         try:
-            # weights_only: tensors and tuples only, never arbitrary unpickled objects
-            obj = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:  # torch raises many kinds on damaged files
-            first = (str(exc).strip().splitlines() or [""])[0]  # torch's messages run to many lines
-            raise TraceFormatError(f"{path}: not a readable torch file ({type(exc).__name__}: "
-                                   f"{first})", field="file", path=path) from None
+            # weights_only: tensors and tuples only, never arbitrary unpickled objects; torch's
+            # warnings stay off the terminal
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                obj = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # torch raises many kinds on damaged files; its messages
+            # advise loading with weights_only=False, which sdm never does: not repeated
+            raise TraceFormatError(f"{path}: not an FBGEMM trace file (torch cannot read it as "
+                                   f"tensors: {type(exc).__name__})", field="file", path=path) from None
         if not isinstance(obj, (tuple, list)) or len(obj) != 3:
             raise TraceFormatError(f"{path}: expected a (indices, offsets, lengths) tuple, got "
                                    f"{type(obj).__name__}", field="file", path=path)
