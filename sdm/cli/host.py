@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from sdm.cli import add_store_arguments, check_output_folder, emit_json
+from sdm.cli import add_store_arguments, check_output_file, emit_json
 
 
 def register(sub) -> None:
@@ -21,7 +21,10 @@ def register(sub) -> None:
                    help="host preset (this-machine, 2-socket) or a host .toml (default this-machine)")
     p.add_argument("--disk", metavar="TOML", help="this machine's disk from `sdm devices calibrate -o` "
                                                   "(the device direct IO reads)")
-    p.add_argument("--model", help="DLRM preset: requests also run its forward pass (its dim wins)")
+    p.add_argument("--model", help="DLRM preset: requests also run its forward pass (its dim wins); the "
+                                   "trace's tables must be the preset's")
+    p.add_argument("--fit-model", action="store_true",
+                   help="rebuild the --model preset's MLPs over the trace's tables")
     p.add_argument("--io-mode", choices=("modeled", "paced", "direct"), help="override the config's IO mode")
     p.add_argument("--sla-us", type=float, default=30_000.0, help="p99 SLA in us (default 30000)")
     p.add_argument("--rate", type=float, nargs="+", metavar="R",
@@ -42,12 +45,13 @@ def _host(args) -> int:
     from sdm.load.run import cpu_model
     from sdm.store.config import with_io_mode
 
-    for path in [p for p in (args.json, args.plot) if p not in (None, "-")]:
-        check_output_folder(path)
+    for path in (args.json, args.plot):  # the output rule of every command (sdm.cli)
+        check_output_file(path)
     config = args.config if args.io_mode is None else with_io_mode(args.config, args.io_mode)
     result = predict(args.trace, config, args.host, model=args.model, sla_us=args.sla_us, rates=args.rate,
                      workers=args.workers, arrivals=args.arrivals, seed=args.seed, dim=args.dim, fmt=args.fmt,
-                     request_size=args.request_size, store=args.store, disk=args.disk)
+                     request_size=args.request_size, store=args.store, disk=args.disk,
+                     fit_model=args.fit_model)
     data = {**result.to_json(), "cpu": cpu_model()}
     if args.plot:
         plot_host([result], args.plot)

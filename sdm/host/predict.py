@@ -69,12 +69,12 @@ def predict(trace, config="sdm-nand", host="this-machine", *, model: str | None 
             sla_us: float = DEFAULT_SLA_US, percentile: float = 99.0, rates=None, workers: int | None = None,
             arrivals: int = DEFAULT_ARRIVALS, seed: int = 0, dim: int = DEFAULT_DIM, fmt: str = "fp32",
             request_size: int | None = None, store=None, workdir=None, disk=None,
-            profile: RequestProfile | None = None) -> HostResult:
+            fit_model: bool = False, profile: RequestProfile | None = None) -> HostResult:
     """The QPS ``host`` sustains serving ``trace`` under ``config`` within ``sla_us`` at
     ``percentile``, and its latency-load curve.
 
     Args:
-        trace, config, host, model, dim, fmt, request_size, store, workdir, disk: as
+        trace, config, host, model, dim, fmt, request_size, store, workdir, disk, fit_model: as
             :func:`sdm.host.profile.build_profile` (ignored when ``profile`` is given).
         rates: offered rates (requests/s) of the curve; default :data:`CURVE_FRACTIONS` of
             the QPS at the SLA (of the saturation rate when no rate meets the SLA).
@@ -88,7 +88,7 @@ def predict(trace, config="sdm-nand", host="this-machine", *, model: str | None 
     """
     if profile is None:
         profile = build_profile(trace, config, host, model=model, dim=dim, fmt=fmt, request_size=request_size,
-                                store=store, seed=seed, workdir=workdir, disk=disk)
+                                store=store, seed=seed, workdir=workdir, disk=disk, fit_model=fit_model)
     sim = HostSimulation(profile, arrivals=arrivals, seed=seed, workers=workers)
     start = time.perf_counter()
     sla = sim.qps_at_sla(sla_us, percentile=percentile)

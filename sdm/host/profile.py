@@ -261,7 +261,7 @@ def _batches(stream: KeyStream, mask, config: HierarchyConfig, host: HostSpec, r
             devices)
 
 
-def _measure_cpu(tr, store_path, config, request_size, model, seed):
+def _measure_cpu(tr, store_path, config, request_size, model, seed, fit_model=False):
     """``(emb_ns (R,), live hits or None, bottom ns/sample, top ns/sample)``: the second of two
     passes over a live store (modeled IO), each request's ``embedding_bags`` timed in thread
     CPU time; with a model, its MLPs timed over the first requests' forward passes."""
@@ -281,7 +281,7 @@ def _measure_cpu(tr, store_path, config, request_size, model, seed):
         live = after["hits"] - before["hits"] if after.get("kind") == "cache" else None
         bottom = top = 0.0
         if model is not None:
-            net = make_model(model, st, seed)
+            net = make_model(model, st, seed, fit=fit_model)
             try:
                 rng = np.random.default_rng([seed, 17])
                 samples = 0
@@ -300,7 +300,7 @@ def _measure_cpu(tr, store_path, config, request_size, model, seed):
 
 def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str | None = None,
                   dim: int = DEFAULT_DIM, fmt: str = "fp32", request_size: int | None = None,
-                  store=None, seed: int = 0, workdir=None, disk=None) -> RequestProfile:
+                  store=None, seed: int = 0, workdir=None, disk=None, fit_model: bool = False) -> RequestProfile:
     """Profile every request of ``trace`` (warm: its second pass) under ``config`` on ``host``.
 
     Args:
@@ -309,7 +309,8 @@ def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str |
             ``cache`` + ``mmap`` shape; its ``io_mode`` picks the SCM device in ``direct``
             mode (the host's ``direct_device``).
         host: a host (:func:`sdm.host.spec.resolve_host`); ``disk`` goes to ``this-machine``.
-        model: a DLRM preset (its dim wins over ``dim``): also profile the MLPs.
+        model: a DLRM preset (its dim wins over ``dim``): also profile the MLPs. The trace's
+            tables must be the preset's unless ``fit_model`` (as :func:`sdm.replay.live.replay`).
         store: an existing store matching the trace's tables; None builds one (``dim``, ``fmt``).
 
     Raises:
@@ -355,7 +356,7 @@ def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str |
         with tempfile.TemporaryDirectory(prefix="sdm-host-", dir=workdir) as tmp:
             path = store if store is not None else build_store(os.path.join(tmp, "store"), tr.table_sizes,
                                                                dim=dim, fmt=fmt, seed=seed, progress=False)
-            emb, live, bottom, top = _measure_cpu(tr, path, config, request_size, model, seed)
+            emb, live, bottom, top = _measure_cpu(tr, path, config, request_size, model, seed, fit_model)
     finally:
         if tr is not trace:
             tr.close()

@@ -27,7 +27,7 @@ DEFAULT_HOST = "this-machine"
 
 def attach_host(result: ReplayResult, trace, config, store, *, host=DEFAULT_HOST, disk=None,
                 sla_us: float = DEFAULT_SLA_US, model: str | None = None, request_size: int | None = None,
-                arrivals: int = DEFAULT_ARRIVALS, seed: int = 0) -> ReplayResult:
+                arrivals: int = DEFAULT_ARRIVALS, seed: int = 0, fit_model: bool = False) -> ReplayResult:
     """Set ``result``'s QPS at the SLA to the host model's for ``host`` serving ``trace``
     under ``config`` from ``store`` (the store the replay read); returns ``result``. A
     hierarchy the host model does not cover keeps no QPS (None), and ``extra["host_model"]``
@@ -38,7 +38,8 @@ def attach_host(result: ReplayResult, trace, config, store, *, host=DEFAULT_HOST
     spec = resolve_host(host, disk=disk)
     try:
         found = predict(trace, config, spec, model=model, sla_us=sla_us, store=store,
-                        request_size=request_size, arrivals=arrivals, seed=seed, rates=[])
+                        request_size=request_size, arrivals=arrivals, seed=seed, rates=[],
+                        fit_model=fit_model)
     except UnsupportedHierarchy as exc:
         result.extra["host_model"] = {"host": spec.name, "error": str(exc)}
         return result
@@ -68,7 +69,8 @@ def replay_on_host(trace, config="dram", *, host=DEFAULT_HOST, disk=None, sla_us
                             request_size=request_size, seed=seed, workdir=workdir, **options)
             if sla_us is not None:
                 attach_host(result, tr, config, store, host=host, disk=disk, sla_us=sla_us, model=model,
-                            request_size=request_size, arrivals=arrivals, seed=seed)
+                            request_size=request_size, arrivals=arrivals, seed=seed,
+                            fit_model=options.get("fit_model", False))
         finally:
             if tr is not trace:
                 tr.close()
