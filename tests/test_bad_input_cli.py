@@ -573,7 +573,18 @@ STORE = cases(
     ("store-info-missing", ["store", "info", "{dir}/missing"], ["no sdm store", "missing"]),
     ("store-verify-file", ["store", "verify", "{regular}"], ["no sdm store"]),
 )
-ALL = TOP + GEN + IMPORT + STATS + REPLAY + SWEEP + PLACE + REPORT + RUN + LOAD + SHARD + STORE
+# -- host -----------------------------------------------------------------------------------
+
+H = ["host", "{trace}", "--dim", "8"]
+HOST = cases(
+    ("host-unknown-host", H + ["--host", "bogus"], ["host 'bogus'", "2-socket", "this-machine"]),
+    ("host-config-unknown", H + ["--config", "bogus"], ["'bogus'"]),
+    ("host-json-under-file", H + ["--json", "{under_file}/x.json"], ["output directory"]),
+    ("host-sla-negative", H + ["--sla-us", "-1"], ["SLA", "-1.0"]),
+    ("host-workers-zero", H + ["--workers", "0"], ["workers", "0"]),
+)
+
+ALL = TOP + GEN + IMPORT + STATS + REPLAY + SWEEP + PLACE + REPORT + RUN + LOAD + SHARD + STORE + HOST
 
 
 @pytest.mark.parametrize("argv, words, kind", ALL)

@@ -67,11 +67,16 @@ def check_replay(r: dict, trace: str, max_batches=None) -> None:
     assert 0 < lat[0] and lat == sorted(lat)
     measured = [r["measured_latency_us"][q] for q in PERCENTILES]
     assert measured == sorted(measured)
-    if r["sla"]["reason"] is None:
-        assert r["qps_at_sla"] is None or r["qps_at_sla"] > 0
-        assert r["sla"]["zero_load_us"] == r["latency_us"]["p99"]  # the printed p99 is the SLA's
-    else:
-        assert r["qps_at_sla"] == 0 and r["latency_us"]["p99"] > r["sla_us"]
+    sla = r["sla"]
+    if sla is None:  # a hierarchy the host model does not cover: no QPS, and the output says why
+        assert r["qps_at_sla"] is None and r["extra"]["host_model"]["error"]
+    else:  # the host model's QPS for the host the output names
+        assert r["host"] == r["extra"]["host_model"]["host"] and sla["reason"]
+        assert r["qps_at_sla"] == sla["qps"] >= 0 and sla["sla_us"] == r["sla_us"]
+        if r["qps_at_sla"] == 0:  # no rate meets it: the reason, and the every result still there
+            assert "no request rate meets it" in sla["reason"] or "zero load" in sla["reason"]
+        else:
+            assert sla["zero_load_us"] <= sla["sla_us"]
     for t in r["tiers"]:
         assert t["hits"] >= 0 and t["misses"] >= 0 and t["reads"] >= 0 and t["wall_ns"] >= 0
         if t["reads"]:

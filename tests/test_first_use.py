@@ -226,12 +226,12 @@ def test_an_output_file_needs_its_folder_everywhere(tmp_path, capsys):
 
 
 def test_ctrl_c_is_one_line_and_exit_130(capsys, monkeypatch):
-    import sdm.replay.live
+    import sdm.host
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(sdm.replay.live, "replay", interrupted)
+    monkeypatch.setattr(sdm.host, "replay_on_host", interrupted)  # what `sdm replay` runs
     code, out, err = run(capsys, "replay", TINY)
     assert code == 130 and out == "" and err.strip() == "sdm replay: interrupted"
 

@@ -337,6 +337,7 @@ def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str |
         distinct = np.diff(stream.segments[::stream.num_tables])
         if cache is not None:
             rows = (cache.capacity_bytes // rb) if cache.capacity_bytes is not None else cache.capacity_rows
+            rows = min(int(rows), table_bytes // rb)  # capped at the tables' rows, as a live cache is
             twice = np.concatenate((stream.keys, stream.keys))
             sim = simulate(twice, policy=cache.policy, capacity=max(1, int(rows)),
                            admission=cache.admission, return_mask=True)

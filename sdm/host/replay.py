@@ -15,10 +15,11 @@ from sdm.host.predict import predict
 from sdm.host.profile import UnsupportedHierarchy
 from sdm.host.simulate import DEFAULT_ARRIVALS
 from sdm.host.spec import resolve_host
-from sdm.replay.live import DEFAULT_DIM, ReplayResult, build_store, config_devices, replay
+from sdm.replay.live import DEFAULT_DIM, ReplayResult, build_store, check_workdir, config_devices, replay
 from sdm.replay.queueing import DEFAULT_SLA_US
 from sdm.store.config import resolve_config, with_io_mode
 from sdm.trace.format import Trace, load
+from sdm.validate import check_int
 
 __all__ = ["replay_on_host", "attach_host", "DEFAULT_HOST"]
 
@@ -55,6 +56,8 @@ def replay_on_host(trace, config="dram", *, host=DEFAULT_HOST, disk=None, sla_us
                    arrivals: int = DEFAULT_ARRIVALS, **options) -> ReplayResult:
     """:func:`sdm.replay.live.replay` (``options`` go to it) with the per-host QPS at the SLA
     of :func:`attach_host`; one store serves both (built under ``workdir`` when None)."""
+    check_workdir(workdir)  # before the temporary store and its seeded rows, as replay() checks
+    seed = check_int(seed, "seed", lo=0)
     if model is not None:
         from sdm.model import get_preset
 

@@ -255,6 +255,13 @@ def _shape(sizes) -> str:
     return f"{len(sizes)} table{'' if len(sizes) == 1 else 's'} ({shown} rows)"
 
 
+def check_workdir(workdir) -> None:
+    """InvalidArgumentError unless ``workdir`` (where temporary stores are built) is None or
+    a directory."""
+    if workdir is not None and not os.path.isdir(workdir):
+        raise InvalidArgumentError(f"workdir {os.fspath(workdir)!r} is not a directory")
+
+
 def make_model(preset: str, store: Store, seed: int, table_sizes=None, *, fit: bool = False):
     """A seeded DLRM of ``preset``'s MLPs whose embedding tables are ``store``'s (their dim
     must be the preset's).
@@ -337,8 +344,7 @@ def replay(trace, config="dram", *, store=None, model: str | None = None, dim: i
 
         dim = get_preset(model).dim
     dim, fmt = check_dim(dim), check_format(fmt)
-    if workdir is not None and not os.path.isdir(workdir):
-        raise InvalidArgumentError(f"workdir {os.fspath(workdir)!r} is not a directory")
+    check_workdir(workdir)
     tr, owned = _open_trace(trace)
     try:
         if warmup_batches >= len(tr):
