@@ -1,9 +1,10 @@
 """A slow, obviously-correct host simulator: the peer of sdm.kernels.hostsim.simulate_host.
 
 Plain Python over ``heapq``: every event is ``(time, sequence, what)``; CPU tasks wait in a
-``deque`` for a core; every device read goes through the device queue's own per-read loop
-(:func:`sdm.kernels.devqueue.queue_reads`, itself checked against the static device model),
-not the closed form the kernel uses.
+``deque`` for a core; each device is a :class:`sdm.tiers.metered.DeviceQueue`-like owner of
+one :func:`sdm.kernels.devqueue.reserve` state (that model is checked against its own
+plain-Python transcription in ``tests/test_devqueue.py``; sharing its arithmetic here keeps
+ties between events the same in both simulators, so they can be compared exactly).
 """
 
 from __future__ import annotations
@@ -14,7 +15,16 @@ from collections import deque
 
 import numpy as np
 
-from sdm.kernels.devqueue import queue_reads
+from sdm.kernels.devqueue import make_device_state, reserve
+
+
+class _Device:
+    def __init__(self, latency_ns, spacing_ns):
+        self.latency, self.units = float(latency_ns), latency_ns / spacing_ns
+        self.state = make_device_state(4096)
+
+    def submit(self, issue, reads, queue_depth):
+        return reserve(*self.state, issue, issue, reads, queue_depth, self.latency, self.units)[0]
 
 
 def simulate(arrivals, requests, devices, cores, workers=0):
@@ -27,9 +37,7 @@ def simulate(arrivals, requests, devices, cores, workers=0):
     seq = itertools.count()
     events = []
     latency = np.zeros(len(arrivals))
-    work = [np.zeros(1) for _ in devices]
-    lanes = np.empty(4096)
-    scratch = np.zeros(1)
+    queues = [_Device(lat, spacing) for lat, spacing in devices]
     idle = cores
     ready = deque()  # CPU tasks (request, stage) in the order they became ready
     waiting = deque()  # arrivals waiting for a worker
@@ -63,10 +71,7 @@ def simulate(arrivals, requests, devices, cores, workers=0):
         qd, parts = batches[step[n]]
         done = 0.0
         for d, reads in parts:
-            lat, spacing = devices[d]
-            took = queue_reads(work[d], float(now), int(reads), int(qd), float(lat), float(spacing), lanes,
-                               scratch)
-            done = max(done, took)
+            done = max(done, queues[d].submit(float(now), int(reads), int(qd)))
         at(now + done, ("reads", n))
 
     if len(arrivals):

@@ -1,9 +1,11 @@
 """The shared device queue (sdm.kernels.devqueue, sdm.tiers.metered.DeviceQueue): against a
-plain-Python transcription of its rules, the static form of a lone batch, and the M/D/1
-closed form (Pollaczek-Khinchine) when the device has one unit."""
+plain-Python transcription of its rules, the static form of a lone batch, a c-server FCFS queue
+when every batch is one read on integer units, the M/D/1 closed form (Pollaczek-Khinchine) on
+one unit, and requests that leave units idle running side by side."""
 
 from __future__ import annotations
 
+import heapq
 import math
 
 import numpy as np
@@ -11,60 +13,68 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from reference_devqueue import ReferenceDevice
 from sdm.devices import get_device
-from sdm.kernels.devqueue import queue_reads
+from sdm.kernels.devqueue import make_device_state, reserve
 from sdm.tiers.metered import DeviceQueue
 
 
-def reference(batches, latency, spacing, in_device=None):
-    """Completion of each batch ``(issue_ns, reads, queue_depth)``, submitted in order: every
-    read individually, FCFS on the device's work, ``queue_depth`` of a batch in flight.
-    ``in_device`` (a list) gets the summed time each read spent issued and not complete."""
-    work = 0.0
+def run(batches, latency, units, capacity=2):
+    """``(took, in_device)`` of each ``(issue_ns, reads, queue_depth)`` through the kernel, in
+    the order given, each with the watermark of the earliest issue still to come, on arrays
+    grown as :class:`DeviceQueue` grows them (from a tiny capacity, to exercise it)."""
+    times, used, count = make_device_state(capacity)
     out = []
-    total = 0.0
-    for issue, reads, qd in batches:
-        done_of = []
-        last = issue
-        for i in range(reads):
-            at = issue if i < qd else done_of[i - qd]  # issued when its lane's read completes
-            work = max(work, at) + spacing
-            done_of.append(max(at + latency, work))
-            total += done_of[-1] - at
-            last = done_of[-1]
-        out.append(last)
-    if in_device is not None:
-        in_device.append(total)
+    for k, (issue, reads, qd) in enumerate(batches):
+        if count[0] + 2 > len(times):
+            times, used = np.resize(times, 2 * len(times)), np.resize(used, 2 * len(used))
+        keep_from = min(float(b[0]) for b in batches[k:])
+        out.append(reserve(times, used, count, keep_from, float(issue), reads, qd, latency, units))
+        assert count[0] == 0 or used[count[0] - 1] == 0.0  # the last step frees every unit
+        assert np.all(np.diff(times[:count[0]]) > 0) and np.all(used[:count[0]] <= units)
     return out
 
 
-def run(batches, latency, spacing, in_device=None):
-    work = np.zeros(1)
-    lanes = np.empty(1024)
-    acc = np.zeros(1)
-    out = [i + queue_reads(work, float(i), r, q, latency, spacing, lanes, acc) for i, r, q in batches]
-    if in_device is not None:
-        in_device.append(float(acc[0]))
-    return out
+_batches = st.lists(st.tuples(st.floats(0, 1e6), st.integers(0, 200), st.integers(1, 64)), max_size=30)
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.floats(0, 1e6), st.integers(0, 200), st.integers(1, 64)), max_size=30),
-       st.floats(1, 1e5), st.floats(0.1, 1e4))
-def test_kernel_equals_the_rules(batches, latency, spacing):
+@settings(max_examples=300, deadline=None)
+@given(_batches, st.floats(1, 1e5), st.floats(0.3, 100))
+def test_kernel_equals_the_rules(batches, latency, units):
     batches = sorted(batches)  # requests arrive in time order
-    assert run(batches, latency, spacing) == pytest.approx(reference(batches, latency, spacing))
+    ref = ReferenceDevice(latency, units)
+    want = [ref.submit(*b) for b in batches]
+    got = run(batches, latency, units)
+    assert [t for t, _ in got] == pytest.approx(want, rel=1e-9, abs=1e-6)
+    assert sum(d for _, d in got) == pytest.approx(ref.in_device, rel=1e-9, abs=1e-6)
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.floats(0, 1e7), st.integers(0, 5000), st.integers(1, 64)), max_size=8),
-       st.floats(1, 1e5), st.floats(0.1, 1e4))
-def test_long_batches_and_time_in_device_equal_the_rules(batches, latency, spacing):
-    """Long batches take the kernel's closed-form steady states: still the rules, read by read."""
+@settings(max_examples=300, deadline=None)
+@given(_batches, st.floats(1, 1e5), st.floats(0.3, 100), st.randoms(use_true_random=False))
+def test_batches_out_of_issue_order_see_every_earlier_reservation(batches, latency, units, rng):
+    """Submitted out of issue order (as one request's later tables come after the next
+    request's first), with the watermark of the earliest issue still to come: still the rules."""
+    rng.shuffle(batches)
+    ref = ReferenceDevice(latency, units)
+    want = [ref.submit(*b) for b in batches]
+    assert [t for t, _ in run(batches, latency, units)] == pytest.approx(want, rel=1e-9, abs=1e-6)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 10**6), st.integers(1, 5000)), max_size=60), st.integers(1, 8),
+       st.integers(1, 10**4))
+def test_one_read_batches_on_integer_units_are_a_c_server_fcfs_queue(batches, units, latency):
+    """One read per batch holds one whole unit: the device is then exactly c servers taking
+    reads first come first served in submission order (a heap of when each server frees)."""
     batches = sorted(batches)
-    got, want = [], []
-    assert run(batches, latency, spacing, got) == pytest.approx(reference(batches, latency, spacing, want))
-    assert got == pytest.approx(want)
+    free = [0.0] * units
+    want = []
+    for issue, _ in batches:
+        start = max(issue, heapq.heappop(free))
+        heapq.heappush(free, start + latency)
+        want.append(start + latency - issue)
+    got = run([(t, 1, qd) for t, qd in batches], float(latency), float(units))
+    assert [t for t, _ in got] == pytest.approx(want, rel=1e-12, abs=1e-6)
 
 
 @pytest.mark.parametrize("device", ["nand-p4500", "optane-p4800x-512", "optane-p4800x-4k", "dram"])
@@ -114,8 +124,8 @@ def test_requests_queue_behind_each_other():
     later = q.submit(10 * latency, 4, 4)  # the device is idle again
     assert later == pytest.approx(latency)
     reads, in_device = q.counters()
-    # the second batch's reads finish a quarter latency apart as the device's work allows
-    assert reads == 12 and in_device == pytest.approx((4 + (1.25 + 1.5 + 1.75 + 2) + 4) * latency)
+    # the second batch's reads wait a whole latency for the first's units, then take one
+    assert reads == 12 and in_device == pytest.approx((4 + 4 * 2 + 4) * latency)
 
 
 def test_one_unit_is_an_md1_queue():
@@ -130,3 +140,28 @@ def test_one_unit_is_an_md1_queue():
     response = np.array([q.submit(t, 1, 1) for t in arrivals])[20_000:]
     want = s + rho * s / (2 * (1 - rho))
     assert response.mean() == pytest.approx(want, rel=0.02)
+
+
+def test_batches_that_leave_units_idle_run_side_by_side():
+    """A P4500 (~55 units) at queue depth 16: three requests of 64 reads hold 48 units and
+    overlap completely, as a drive with tens of reads outstanding does; a fourth finds only
+    the ~7 units left and waits for the first's to free."""
+    q = DeviceQueue("nand-p4500")
+    lone = 4 * q.latency_ns  # 64 reads in waves of 16
+    took = [q.submit(i * 1000.0, 64, 16) for i in range(4)]
+    assert took[:3] == pytest.approx([lone] * 3)
+    # the fourth, issued at 3 us: the free units until the first batch ends at 4 latencies,
+    # then its full 16 lanes for the rest of its 64 latencies of unit-ns
+    free, first_ends = q.units - 48, lone - 3000.0
+    assert took[3] == pytest.approx(first_ends + (64 * q.latency_ns - free * first_ends) / 16)
+
+
+@pytest.mark.parametrize("device", ["nand-p4500", "optane-p4800x-4k", "dram"])
+def test_a_saturated_device_serves_units_over_latency(device):
+    """However the reads come (here 2000 batches of 1-9 reads at once, queue depths 1-16), a
+    device kept busy completes them at its throughput, units / latency."""
+    q = DeviceQueue(device)
+    rng = np.random.default_rng(1)
+    reads = rng.integers(1, 10, 2000)
+    last = max(q.submit(0.0, int(k), int(d)) for k, d in zip(reads, rng.integers(1, 17, 2000)))
+    assert last == pytest.approx(reads.sum() * q.latency_ns / q.units, rel=0.01)

@@ -8,10 +8,8 @@ requests cycling the profile in trace order; the first ``warmup`` share of them 
 of the percentiles (the host starts empty).
 
 Utilization is busy time over the span of the arrivals: core busy time over ``cores x span``;
-a device's time held, the time its first-come-first-served order ran ahead of the clock, over
-the span (1 = saturated). A device held is reads x spacing when batches keep its units full;
-a batch whose waves leave units idle holds it for its whole span, which is how the shared
-device model (:mod:`sdm.kernels.devqueue`) saturates on it.
+a device's reads x spacing (the unit-ns its reads held, over its units: :mod:`sdm.kernels.devqueue`)
+over the span (1 = saturated).
 """
 
 from __future__ import annotations

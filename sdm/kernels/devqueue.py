@@ -1,23 +1,30 @@
-"""The shared device queue: when each block read of a batch completes, given the device's load.
+"""The shared device queue: when a batch of block reads completes, given the device's load.
 
-A device is modeled as parallel internal units: up to ``units = max_read_iops x latency``
-reads in service at once (Little's law), each taking at least the device's read latency,
-first come first served once all are busy. In the fluid form used here each read brings
-``spacing = max(1 / max_read_iops, access_bytes / read_bandwidth)`` of work, the device does
-the work of the reads in the order they were issued (FCFS, whichever request issued them:
-this is where requests queue behind one another), and a read completes when its work is
-done and its latency has passed::
+A device is modeled as parallel internal units: ``units = latency / spacing`` of them, where
+``spacing = max(1 / max_read_iops, access_bytes / read_bandwidth)`` (Little's law: a P4500
+has ~55 units at 85 us). A read holds one unit for one read latency, so the device serves
+``units / latency`` reads per second at most. A batch of ``reads`` issued at queue depth
+``q`` keeps ``lanes = min(q, reads)`` reads in flight:
 
-    work_i = max(work_{i-1}, issue_i) + spacing
-    done_i = max(issue_i + latency, work_i)
+* **Alone on an idle device** it holds ``min(lanes, units)`` units and takes
+  ``span = max(ceil(reads / lanes) x latency, reads x spacing)``: waves of one latency while
+  its lanes fit in the units (``lanes x spacing <= latency``, the latency-bound regime), the
+  device's throughput once they do not. One wave of ``k <= q`` reads takes exactly
+  ``max(latency, k x spacing)``, the static form of DESIGN.md §3. A non-integer number of
+  units (3DXP's ~5.2) needs no rounding: units are a fluid capacity.
+* **Beside other batches** it gets the units that earlier batches left free, up to
+  ``min(lanes, units)`` at each instant, and needs ``reads x latency`` unit-ns of them: it
+  completes when it has had them, and no sooner than its lone span. A batch keeps the units
+  it was given until it is done (its later waves are reserved when it is submitted), so a
+  batch submitted later never takes units from one submitted earlier: first come first
+  served, but a batch that leaves units idle no longer holds the device's whole queue back.
 
-A batch issues its reads ``queue_depth`` at a time: read ``i`` is issued when read
-``i - queue_depth`` of the same batch completes. Alone on an idle device a batch of ``k <= q``
-reads then takes exactly ``max(latency, k x spacing)``, and ``k`` reads at queue depth ``q``
-take ``ceil(k / q)`` waves of ``max(latency, q x spacing)`` while ``q x spacing <= latency``
-and about ``k x spacing`` once the device is throughput-bound: the static form
-``max(latency, q / max_iops)`` per read of DESIGN.md §3. A non-integer number of units
-(3DXP's ~5.2) needs no rounding.
+The device's state is the number of units in use as a step function of time, kept as
+breakpoints ``times[:count]`` (ascending, ns) and ``used[:count]`` (units in use from that
+breakpoint to the next; 0 before the first, and the last is always 0). Submitting a batch
+drops the steps that ended before the caller's watermark and walks those after its issue:
+O(batches in flight) per batch, however many reads it has (a request of the bundled trace
+reads 10^5 DRAM lines).
 """
 
 from __future__ import annotations
@@ -26,119 +33,120 @@ import numpy as np
 
 from sdm.kernels.jit import jit
 
-__all__ = ["queue_reads", "lone_batches", "batch_span"]
+__all__ = ["make_device_state", "reserve", "lone_spans"]
+
+# Capacity below this many units is treated as none: a step saturated up to rounding.
+_NO_UNITS = 1e-12
+
+
+def make_device_state(capacity: int = 64):
+    """An idle device: ``(times (capacity,) float64, used (capacity,) float64, count (1,) int64)``.
+    :func:`reserve` needs ``capacity >= count + 2``; the caller grows the arrays."""
+    return np.zeros(capacity, dtype=np.float64), np.zeros(capacity, dtype=np.float64), np.zeros(1, dtype=np.int64)
 
 
 @jit
-def queue_reads(work, issue_ns, reads, queue_depth, latency_ns, spacing_ns, lanes, in_device):
-    """Queue ``reads`` block reads issued from ``issue_ns`` on, ``queue_depth`` at a time.
+def reserve(times, used, count, keep_from_ns, issue_ns, reads, queue_depth, latency_ns, units):
+    """Submit a batch of ``reads`` (>= 0) block reads issued at ``issue_ns``, ``queue_depth``
+    (>= 1) in flight, on the device whose state is ``(times, used, count)`` (this module's
+    docstring; ``len(times) >= count[0] + 2``), and reserve the units it gets.
 
-    Args:
-        work: ``(1,)`` float64 in/out: when the device finishes the work queued so far (ns).
-        issue_ns: when the batch issues its first reads (ns).
-        reads: block reads of the batch, >= 0.
-        queue_depth: reads of this batch in flight at once, >= 1.
-        latency_ns, spacing_ns: the device's read latency and work per read (ns).
-        lanes: ``(>= min(queue_depth, reads),)`` float64 scratch.
-        in_device: ``(1,)`` float64 in/out, += the time each read spent issued and not yet
-            complete (over time, the integral of the device's queue depth).
+    ``keep_from_ns`` (<= ``issue_ns``) is the caller's promise that no later batch issues
+    before it: the steps that ended by then are dropped. Batches may come out of issue order
+    after it (one request's later tables, issued after another request's first), and see
+    every reservation made before them.
 
     Returns:
-        How long the batch takes (ns): its completion is ``issue_ns`` plus this. Times are
-        kept relative to ``issue_ns`` inside, so a batch on an idle device takes exactly what
-        :func:`lone_batches` gives it, wherever on the clock it starts.
+        ``(took, in_device)``: the batch completes at ``issue_ns + took`` (ns); ``in_device``
+        is the time its reads spent issued and not complete, summed (ns: over a window, the
+        integral of the device's queue depth). Times are relative to ``issue_ns`` inside, so
+        a batch on an idle device takes exactly :func:`lone_spans`, wherever on the clock.
     """
     if reads <= 0:
-        return 0.0
-    q = min(queue_depth, reads)
-    for j in range(q):
-        lanes[j] = 0.0  # when lane j issues its next read, after issue_ns
-    w = max(work[0] - issue_ns, 0.0)
-    done = 0.0
-    # Once the batch is in a steady state, the rest of it follows in closed form, so a batch
-    # of n reads costs O(q) instead of O(n) (an all-hit batch charges its DRAM lines here:
-    # ~10^5 reads). Latency-bound (q x spacing <= latency): a wave whose lanes all free at
-    # the same T with the device idle by then takes exactly one latency, and so does every
-    # later one. Throughput-bound: once q reads in a row were queued behind work and completed
-    # when it did, each later read adds one spacing and stays in the device for q spacings.
-    latency_bound = q * spacing_ns <= latency_ns
-    throughput_bound = q * spacing_ns > latency_ns * (1.0 + 1e-9)
-    backlogged = 0  # reads in a row queued behind work and completing when it did
-    i = 0
-    while i < reads:
-        lane = i % q  # a batch's reads complete in issue order, so lanes free round robin
-        if lane == 0 and i > 0 and latency_bound:
-            t = lanes[0]
-            uniform = w <= t
-            for j in range(1, q):
-                if lanes[j] != t:
-                    uniform = False
-                    break
-            waves = (reads - i) // q
-            if uniform and waves > 0:
-                w = t + (waves - 1) * latency_ns + q * spacing_ns
-                done = t + waves * latency_ns
-                in_device[0] += waves * q * latency_ns
-                for j in range(q):
-                    lanes[j] = done
-                i += waves * q
-                continue
-        if throughput_bound and backlogged >= q:
-            left = reads - i
-            w += left * spacing_ns
-            in_device[0] += left * q * spacing_ns
-            done = w
-            break
-        issue = lanes[lane]
-        steady = w >= issue  # the device was still busy: this read adds exactly one spacing
-        w = max(w, issue) + spacing_ns
-        done = max(issue + latency_ns, w)
-        backlogged = backlogged + 1 if steady and done == w else 0
-        in_device[0] += done - issue
-        lanes[lane] = done
+        return 0.0, 0.0
+    lanes = min(queue_depth, reads)
+    width = min(float(lanes), units)
+    waves = (reads + lanes - 1) // lanes
+    span = max(waves * latency_ns, reads * latency_ns / units)
+    m = count[0]
+    drop = 0  # breakpoints whose step ended by keep_from_ns
+    while drop + 1 < m and times[drop + 1] <= keep_from_ns:
+        drop += 1
+    pos = m  # the first breakpoint at or after the issue
+    while pos > drop and times[pos - 1] >= issue_ns:
+        pos -= 1
+    before = used[pos - 1] if pos > drop else 0.0  # units in use just before the issue
+    # Walk the steps from the issue on, taking min(width, free units) until the batch has had
+    # reads x latency unit-ns; the last step (after every breakpoint) has all units free.
+    left = reads * latency_ns
+    u = before
+    start = 0.0
+    i = pos
+    held_back = False  # whether some step left the batch fewer units than its width
+    while True:
+        end = times[i] - issue_ns if i < m else np.inf
+        rate = min(width, units - u)
+        if end > start:
+            held_back = held_back or rate < width
+        if rate > _NO_UNITS * units:
+            if left <= rate * (end - start):
+                finish = start + left / rate
+                break
+            left -= rate * (end - start)
+        start = end
+        u = used[i]
         i += 1
-    work[0] = max(work[0], issue_ns + w)
-    return done
+    # Never held back, the batch is as alone: exactly its span (finish <= span but for rounding).
+    took = max(span, finish) if held_back else span
+    # The steps from the issue on, rebuilt: the batch's units added over [issue, issue +
+    # finish), breakpoints at one instant made one, equal neighbours merged.
+    out_t = np.empty(m - pos + 3, dtype=np.float64)
+    out_u = np.empty(m - pos + 3, dtype=np.float64)
+    n = 0
+    end_abs = issue_ns + finish
+    cur = before  # the old step at the point being emitted
+    i = pos
+    at_end = False
+    first = True
+    while first or i < m or not at_end:
+        if first:
+            t, v = issue_ns, min(cur + width, units)
+            first = False
+        elif not at_end and (i >= m or end_abs <= times[i]):
+            t, v = end_abs, cur
+            at_end = True
+        else:
+            cur = used[i]
+            t = times[i]
+            v = min(cur + width, units) if t < end_abs else cur
+            i += 1
+        if n > 0 and out_t[n - 1] == t:  # two breakpoints at one instant: the later value holds
+            out_u[n - 1] = v
+            if n > 1 and out_u[n - 2] == v:
+                n -= 1
+        elif n == 0 or out_u[n - 1] != v:
+            out_t[n] = t
+            out_u[n] = v
+            n += 1
+    kept = pos - drop
+    for j in range(kept):  # shift the steps kept before the issue down over the dropped ones
+        times[j] = times[drop + j]
+        used[j] = used[drop + j]
+    times[kept:kept + n] = out_t[:n]
+    used[kept:kept + n] = out_u[:n]
+    count[0] = kept + n
+    return took, took * reads / waves
 
 
 @jit
-def lone_batches(reads, queue_depth, latency_ns, spacing_ns, out):
+def lone_spans(reads, queue_depth, latency_ns, units, out):
     """``out[i]``: how long a batch of ``reads[i]`` block reads at ``queue_depth`` takes alone
-    on an idle device (:func:`queue_reads`), ``(n,)`` int64 -> ``(n,)`` float64 ns."""
-    lanes = np.empty(max(queue_depth, 1), dtype=np.float64)
-    scratch = np.zeros(1, dtype=np.float64)
+    on an idle device (:func:`reserve`), ``(n,)`` int64 -> ``(n,)`` float64 ns."""
     for i in range(reads.shape[0]):
-        work = np.zeros(1, dtype=np.float64)
-        out[i] = queue_reads(work, 0.0, reads[i], queue_depth, latency_ns, spacing_ns, lanes, scratch)
+        k = reads[i]
+        if k <= 0:
+            out[i] = 0.0
+        else:
+            lanes = min(queue_depth, k)
+            out[i] = max(((k + lanes - 1) // lanes) * latency_ns, k * latency_ns / units)
     return out
-
-
-@jit
-def batch_span(backlog_ns, reads, queue_depth, latency_ns, spacing_ns):
-    """:func:`queue_reads` in closed form, O(1) in ``reads``: ``(done, work)``, both ns after
-    the batch's issue, for a batch issued when the device still has ``backlog_ns`` (>= 0) of
-    earlier work queued: its last read completes at ``done`` and the device's queued work ends
-    at ``work``.
-
-    Why a closed form: a host simulation issues batches of 10^5 DRAM line reads, too many to
-    walk one by one. The recurrences of :func:`queue_reads` are max-plus linear, so ``done``
-    is the longest path through the reads' graph, whose edges are a device step (the next read
-    in FCFS order, ``+spacing``) and a lane step (the read ``q`` later on the same lane,
-    ``+latency``, or its issue, ``+spacing``). With ``r - 1 = u q + v`` the longest paths
-    are all device steps, device steps to read ``v`` then lane steps, or lane steps from the
-    start (``tests/test_host_sim.py`` checks this against the loop).
-    """
-    if reads <= 0:
-        return 0.0, backlog_ns
-    q = min(queue_depth, reads)
-    u = (reads - 1) // q
-    v = (reads - 1) - u * q
-    done = max(backlog_ns + reads * spacing_ns, backlog_ns + (v + 1) * spacing_ns + u * latency_ns,
-               (u + 1) * latency_ns)
-    work = backlog_ns + reads * spacing_ns
-    if reads > q:  # a later wave's issue can start device work after the device went idle
-        gain = latency_ns - q * spacing_ns
-        top = (reads - q - 1) // q
-        work = max(work, backlog_ns + (reads + 1 - q) * spacing_ns + max(top * gain, 0.0),
-                   reads * spacing_ns + max((top + 1) * gain, gain))
-    return done, work

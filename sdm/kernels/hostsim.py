@@ -8,9 +8,9 @@ A request ``n`` arrives at ``arrivals[n]`` and is an instance of profiled reques
 * when the embedding task ends, its device batches are issued one after another (the store
   serves a request's tables in turn): batch ``b`` reads ``sub_reads[k]`` blocks from device
   ``sub_dev[k]`` for ``k`` in ``sub_ptr[b]:sub_ptr[b+1]`` (a tier's blocks striped over its
-  devices), ``batch_qd[b]`` in flight per device, queued on each device first come first
-  served (:func:`sdm.kernels.devqueue.batch_span`); the next batch is issued when the last
-  read of this one completes;
+  devices), ``batch_qd[b]`` in flight per device, on the units each device's earlier batches
+  left free (:func:`sdm.kernels.devqueue.reserve`, the live store's device model); the next
+  batch is issued when the last read of this one completes;
 * when both the reads and the bottom MLP are done, its top task (``cpu_top[r]``:
   interaction and top MLP) is queued; the request completes when that ends.
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sdm.kernels.devqueue import batch_span
+from sdm.kernels.devqueue import reserve
 from sdm.kernels.jit import jit
 
 __all__ = ["simulate_host"]
@@ -102,8 +102,8 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
             first served for one (their wait counts in their latency); <= 0: no limit.
         latency_out: ``(N,)`` float64 out: completion minus arrival, ns.
         dev_reads_out: ``(D,)`` int64 out: reads each device served.
-        dev_busy_out: ``(D + 1,)`` float64 out: ``[:D]`` how long each device was held (its
-            FCFS order ahead of the clock, ns), ``[D]`` the cores' busy time (ns).
+        dev_busy_out: ``(D + 1,)`` float64 out: ``[:D]`` each device's busy time, reads x
+            spacing (ns: the unit-ns its reads held over its units), ``[D]`` the cores' (ns).
 
     Returns:
         When the last request completed (ns).
@@ -118,7 +118,11 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
     fifo = np.empty(3 * n_req + 1, dtype=np.int64)  # CPU tasks in the order they became ready
     head = 0
     tail = 0
-    work = np.zeros(n_dev, dtype=np.float64)  # when each device's queued work ends
+    # each device's units in use over time (sdm.kernels.devqueue), a row per device
+    bp_times = np.zeros((n_dev, 16), dtype=np.float64)
+    bp_used = np.zeros((n_dev, 16), dtype=np.float64)
+    bp_count = np.zeros(n_dev, dtype=np.int64)
+    dev_units = dev_latency / dev_spacing
     pending = np.zeros(n_req, dtype=np.int64)  # branches (reads, bottom MLP) still running
     next_batch = np.zeros(n_req, dtype=np.int64)
     waiting = np.empty(n_req, dtype=np.int64)  # arrivals waiting for a worker
@@ -189,14 +193,16 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
                 done = 0.0
                 for k in range(sub_ptr[b], sub_ptr[b + 1]):
                     d = sub_dev[k]
-                    t, w = batch_span(max(work[d] - now, 0.0), sub_reads[k], batch_qd[b],
-                                      dev_latency[d], dev_spacing[d])
-                    held = max(work[d], now + w)
-                    # busy time is how far the device's FCFS order moved on: reads x spacing
-                    # when the batch keeps the units full, its whole span when its waves leave
-                    # units idle (the model gives those to no later request)
-                    dev_busy_out[d] += held - max(work[d], now)
-                    work[d] = held
+                    if bp_count[d] + 2 > bp_times.shape[1]:  # two breakpoints per batch in flight, at most
+                        grown_t = np.zeros((n_dev, 2 * bp_times.shape[1]), dtype=np.float64)
+                        grown_u = np.zeros((n_dev, 2 * bp_times.shape[1]), dtype=np.float64)
+                        grown_t[:, :bp_times.shape[1]] = bp_times
+                        grown_u[:, :bp_times.shape[1]] = bp_used
+                        bp_times = grown_t
+                        bp_used = grown_u
+                    t, _ = reserve(bp_times[d], bp_used[d], bp_count[d:d + 1], now, now, sub_reads[k], batch_qd[b],
+                                   dev_latency[d], dev_units[d])
+                    dev_busy_out[d] += sub_reads[k] * dev_spacing[d]
                     done = max(done, t)
                     dev_reads_out[d] += sub_reads[k]
                 size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now + done, _READS_DONE, n)

@@ -111,6 +111,9 @@ class Timeline:
     reads) and moves it to the reads' completion; the devices' queues are shared by every
     request in flight. Without a timeline, charges go to the store's :class:`SimClock`, one
     batch after another.
+
+    Start requests in arrival order (``start_ns`` nondecreasing), as ``sdm load`` does: a
+    device queue forgets what ended before the start of the request charging it.
     """
 
     __slots__ = ("start_ns", "now_ns")

@@ -20,7 +20,7 @@ import numpy as np
 from sdm.devices import DeviceSpec, blocks_of, get_device
 from sdm.errors import ConfigError
 from sdm.tiers.base import CacheTier, Tier
-from sdm.kernels.devqueue import lone_batches, queue_reads
+from sdm.kernels.devqueue import lone_spans, make_device_state, reserve
 from sdm.tiers.clock import SimClock, current_timeline, wait_until_ns
 from sdm.tiers.manifest import TableLayout
 
@@ -28,6 +28,9 @@ __all__ = ["Metered", "MeteredCache", "metered", "DeviceQueue", "IO_MODES", "MAX
 
 IO_MODES = ("modeled", "paced", "direct")
 MAX_QUEUE_DEPTH = 1024
+# How far apart in wall time paced threads may start reads that reach one device queue out of
+# order (a thread descheduled between starting a read and charging it); older steps are dropped.
+PACED_ORDER_NS = 100_000_000
 
 
 class DeviceQueue:
@@ -43,36 +46,43 @@ class DeviceQueue:
         iops = self.device.max_read_iops if units is None else units * 1e9 / self.latency_ns
         self.spacing_ns = max(1e9 / iops, self.device.access_bytes / self.device.read_bandwidth_gbps)
         self.units = self.latency_ns / self.spacing_ns
-        self._work = np.zeros(1, dtype=np.float64)
-        self._lanes = np.empty(MAX_QUEUE_DEPTH, dtype=np.float64)
-        self._in_device = np.zeros(1, dtype=np.float64)  # sum over reads of their time in the device
+        self._times, self._used, self._count = make_device_state()
         self._lock = threading.Lock()
         self._reads = 0
+        self._in_device = 0.0  # sum over reads of their time in the device
 
-    def submit(self, issue_ns: float, reads: int, queue_depth: int) -> float:
+    def submit(self, issue_ns: float, reads: int, queue_depth: int, *,
+               keep_from_ns: float | None = None) -> float:
         """Queue ``reads`` block reads issued from ``issue_ns`` on, ``queue_depth`` at a time,
-        behind every read queued before; returns how long they take (ns, queueing included):
-        they complete at ``issue_ns`` plus that."""
+        on the units earlier batches left free; returns how long they take (ns, queueing
+        included): they complete at ``issue_ns`` plus that. ``keep_from_ns`` (default
+        ``issue_ns``): no later batch issues before it (:func:`sdm.kernels.devqueue.reserve`)."""
         if reads <= 0:
             return 0.0
         with self._lock:
-            took = queue_reads(self._work, float(issue_ns), reads, queue_depth, self.latency_ns,
-                               self.spacing_ns, self._lanes, self._in_device)
+            if self._count[0] + 2 > len(self._times):  # two breakpoints per batch in flight, at most
+                grown = 2 * len(self._times)
+                self._times = np.resize(self._times, grown)
+                self._used = np.resize(self._used, grown)
+            keep = issue_ns if keep_from_ns is None else min(keep_from_ns, issue_ns)
+            took, in_device = reserve(self._times, self._used, self._count, float(keep), float(issue_ns),
+                                      reads, queue_depth, self.latency_ns, self.units)
             self._reads += reads
+            self._in_device += in_device
         return took
 
     def lone_ns(self, reads, queue_depth: int) -> np.ndarray:
         """How long each batch of ``reads`` ``(n,)`` int64 takes alone on the idle device,
         ``(n,)`` float64 ns: what :meth:`submit` charges a serial stream of batches."""
         reads = np.ascontiguousarray(reads, dtype=np.int64)
-        return lone_batches(reads, queue_depth, self.latency_ns, self.spacing_ns,
-                            np.empty(reads.shape[0], dtype=np.float64))
+        return lone_spans(reads, queue_depth, self.latency_ns, self.units,
+                          np.empty(reads.shape[0], dtype=np.float64))
 
     def counters(self) -> tuple[int, float]:
         """``(reads, in_device_ns)`` so far: over a window of ``elapsed`` ns, utilization is
         ``reads x spacing_ns / elapsed`` and the mean queue depth ``in_device_ns / elapsed``."""
         with self._lock:
-            return self._reads, float(self._in_device[0])
+            return self._reads, self._in_device
 
 
 class Metered(Tier):
@@ -164,13 +174,18 @@ class Metered(Tier):
         """Queue ``blocks`` reads on the device; returns the time they took (ns), queueing
         behind other requests' reads included."""
         timeline = current_timeline()
+        # keep: no later batch on this device issues before it. Timelines are served in
+        # arrival order (a request's tables one after another, so the next request's first
+        # batch can issue before this one's last); paced threads start their reads within
+        # PACED_ORDER_NS of one another.
         if self.io_mode == "paced":  # real time: the queue holds wall-clock completions
-            issue = wall_start
+            issue = keep = wall_start
+            keep -= PACED_ORDER_NS
         elif timeline is not None:
-            issue = timeline.now_ns
+            issue, keep = timeline.now_ns, timeline.start_ns
         else:
-            issue = self.clock.now_ns()
-        modeled = self.queue.submit(issue, blocks, self.queue_depth)
+            issue = keep = self.clock.now_ns()
+        modeled = self.queue.submit(issue, blocks, self.queue_depth, keep_from_ns=keep)
         with self._lock:
             self._reads += blocks
             self._useful += useful_bytes
