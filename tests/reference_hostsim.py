@@ -15,15 +15,16 @@ from collections import deque
 
 import numpy as np
 
-from sdm.kernels.devqueue import make_device_state, reserve
+from sdm.kernels.devqueue import grow_device_state, make_device_state, reserve
 
 
 class _Device:
     def __init__(self, latency_ns, spacing_ns):
         self.latency, self.units = float(latency_ns), latency_ns / spacing_ns
-        self.state = make_device_state(4096)
+        self.state = make_device_state(2)
 
     def submit(self, issue, reads, queue_depth):
+        self.state = grow_device_state(self.state)
         return reserve(*self.state, issue, issue, reads, queue_depth, self.latency, self.units)[0]
 
 

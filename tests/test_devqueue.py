@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from reference_devqueue import ReferenceDevice
 from sdm.devices import get_device
-from sdm.kernels.devqueue import make_device_state, reserve
+from sdm.kernels.devqueue import grow_device_state, make_device_state, reserve
 from sdm.tiers.metered import DeviceQueue
 
 
@@ -23,13 +23,13 @@ def run(batches, latency, units, capacity=2):
     """``(took, in_device)`` of each ``(issue_ns, reads, queue_depth)`` through the kernel, in
     the order given, each with the watermark of the earliest issue still to come, on arrays
     grown as :class:`DeviceQueue` grows them (from a tiny capacity, to exercise it)."""
-    times, used, count = make_device_state(capacity)
+    state = make_device_state(capacity)
     out = []
     for k, (issue, reads, qd) in enumerate(batches):
-        if count[0] + 2 > len(times):
-            times, used = np.resize(times, 2 * len(times)), np.resize(used, 2 * len(used))
+        state = grow_device_state(state)
+        times, used, count, _ = state
         keep_from = min(float(b[0]) for b in batches[k:])
-        out.append(reserve(times, used, count, keep_from, float(issue), reads, qd, latency, units))
+        out.append(reserve(*state, keep_from, float(issue), reads, qd, latency, units))
         assert count[0] == 0 or used[count[0] - 1] == 0.0  # the last step frees every unit
         assert np.all(np.diff(times[:count[0]]) > 0) and np.all(used[:count[0]] <= units)
     return out

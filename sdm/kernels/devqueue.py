@@ -33,23 +33,48 @@ import numpy as np
 
 from sdm.kernels.jit import jit
 
-__all__ = ["make_device_state", "reserve", "lone_spans"]
+__all__ = ["make_device_state", "grow_device_state", "reserve", "lone_spans"]
 
 # Capacity below this many units is treated as none: a step saturated up to rounding.
 _NO_UNITS = 1e-12
 
 
 def make_device_state(capacity: int = 64):
-    """An idle device: ``(times (capacity,) float64, used (capacity,) float64, count (1,) int64)``.
-    :func:`reserve` needs ``capacity >= count + 2``; the caller grows the arrays."""
-    return np.zeros(capacity, dtype=np.float64), np.zeros(capacity, dtype=np.float64), np.zeros(1, dtype=np.int64)
+    """An idle device: ``(times (capacity,) float64, used (capacity,) float64, count (1,) int64,
+    scratch (2, capacity) float64)``. :func:`reserve` needs ``capacity >= count + 3``; the
+    caller grows the arrays (:func:`grow_device_state`)."""
+    return (np.zeros(capacity, dtype=np.float64), np.zeros(capacity, dtype=np.float64),
+            np.zeros(1, dtype=np.int64), np.zeros((2, capacity), dtype=np.float64))
+
+
+def grow_device_state(state):
+    """``state`` with room for at least 3 more breakpoints (twice the capacity when it is full)."""
+    times, used, count, scratch = state
+    if count[0] + 3 <= len(times):
+        return state
+    grown = 2 * len(times)
+    return np.resize(times, grown), np.resize(used, grown), count, np.zeros((2, grown), dtype=np.float64)
 
 
 @jit
-def reserve(times, used, count, keep_from_ns, issue_ns, reads, queue_depth, latency_ns, units):
+def _put(out_t, out_u, n, t, v):
+    """Append breakpoint ``(t, v)`` to the ``n`` in ``out``, ``t >= out_t[n - 1]``: at the same
+    instant the later value holds, a value equal to the one before adds nothing. Returns ``n``."""
+    if out_t[n - 1] == t:
+        out_u[n - 1] = v
+        return n - 1 if n > 1 and out_u[n - 2] == v else n
+    if out_u[n - 1] == v:
+        return n
+    out_t[n] = t
+    out_u[n] = v
+    return n + 1
+
+
+@jit
+def reserve(times, used, count, scratch, keep_from_ns, issue_ns, reads, queue_depth, latency_ns, units):
     """Submit a batch of ``reads`` (>= 0) block reads issued at ``issue_ns``, ``queue_depth``
-    (>= 1) in flight, on the device whose state is ``(times, used, count)`` (this module's
-    docstring; ``len(times) >= count[0] + 2``), and reserve the units it gets.
+    (>= 1) in flight, on the device whose state is ``(times, used, count, scratch)`` (this
+    module's docstring, :func:`make_device_state`), and reserve the units it gets.
 
     ``keep_from_ns`` (<= ``issue_ns``) is the caller's promise that no later batch issues
     before it: the steps that ended by then are dropped. Batches may come out of issue order
@@ -98,43 +123,40 @@ def reserve(times, used, count, keep_from_ns, issue_ns, reads, queue_depth, late
         i += 1
     # Never held back, the batch is as alone: exactly its span (finish <= span but for rounding).
     took = max(span, finish) if held_back else span
-    # The steps from the issue on, rebuilt: the batch's units added over [issue, issue +
-    # finish), breakpoints at one instant made one, equal neighbours merged.
-    out_t = np.empty(m - pos + 3, dtype=np.float64)
-    out_u = np.empty(m - pos + 3, dtype=np.float64)
-    n = 0
+    # The steps from the issue on, rebuilt in scratch: the batch's units added over [issue,
+    # issue + finish); breakpoints at one instant made one, equal neighbours merged.
+    out_t = scratch[0]
+    out_u = scratch[1]
     end_abs = issue_ns + finish
-    cur = before  # the old step at the point being emitted
+    out_t[0] = issue_ns
+    out_u[0] = min(before + width, units)
+    n = 1
     i = pos
-    at_end = False
-    first = True
-    while first or i < m or not at_end:
-        if first:
-            t, v = issue_ns, min(cur + width, units)
-            first = False
-        elif not at_end and (i >= m or end_abs <= times[i]):
-            t, v = end_abs, cur
-            at_end = True
-        else:
-            cur = used[i]
-            t = times[i]
-            v = min(cur + width, units) if t < end_abs else cur
-            i += 1
-        if n > 0 and out_t[n - 1] == t:  # two breakpoints at one instant: the later value holds
-            out_u[n - 1] = v
-            if n > 1 and out_u[n - 2] == v:
-                n -= 1
-        elif n == 0 or out_u[n - 1] != v:
-            out_t[n] = t
-            out_u[n] = v
-            n += 1
+    while i < m and times[i] < end_abs:
+        n = _put(out_t, out_u, n, times[i], min(used[i] + width, units))
+        i += 1
+    if i == m or times[i] != end_abs:  # else the old breakpoint there gives the value on
+        n = _put(out_t, out_u, n, end_abs, used[i - 1] if i > pos else before)
+    if i < m:  # the steps after the batch are as they were, merged already
+        n = _put(out_t, out_u, n, times[i], used[i])
+        i += 1
     kept = pos - drop
     for j in range(kept):  # shift the steps kept before the issue down over the dropped ones
         times[j] = times[drop + j]
         used[j] = used[drop + j]
-    times[kept:kept + n] = out_t[:n]
-    used[kept:kept + n] = out_u[:n]
-    count[0] = kept + n
+    tail = m - i  # moved from [i, m) to [kept + n, ...): n <= i - pos + 2 ahead or behind
+    if kept + n > i:
+        for j in range(tail - 1, -1, -1):
+            times[kept + n + j] = times[i + j]
+            used[kept + n + j] = used[i + j]
+    elif kept + n < i:
+        for j in range(tail):
+            times[kept + n + j] = times[i + j]
+            used[kept + n + j] = used[i + j]
+    for j in range(n):
+        times[kept + j] = out_t[j]
+        used[kept + j] = out_u[j]
+    count[0] = kept + n + tail
     return took, took * reads / waves
 
 

@@ -122,6 +122,7 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
     bp_times = np.zeros((n_dev, 16), dtype=np.float64)
     bp_used = np.zeros((n_dev, 16), dtype=np.float64)
     bp_count = np.zeros(n_dev, dtype=np.int64)
+    bp_scratch = np.zeros((2, 16), dtype=np.float64)
     dev_units = dev_latency / dev_spacing
     pending = np.zeros(n_req, dtype=np.int64)  # branches (reads, bottom MLP) still running
     next_batch = np.zeros(n_req, dtype=np.int64)
@@ -193,15 +194,16 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
                 done = 0.0
                 for k in range(sub_ptr[b], sub_ptr[b + 1]):
                     d = sub_dev[k]
-                    if bp_count[d] + 2 > bp_times.shape[1]:  # two breakpoints per batch in flight, at most
+                    if bp_count[d] + 3 > bp_times.shape[1]:  # two breakpoints per batch in flight, at most
                         grown_t = np.zeros((n_dev, 2 * bp_times.shape[1]), dtype=np.float64)
                         grown_u = np.zeros((n_dev, 2 * bp_times.shape[1]), dtype=np.float64)
                         grown_t[:, :bp_times.shape[1]] = bp_times
                         grown_u[:, :bp_times.shape[1]] = bp_used
                         bp_times = grown_t
                         bp_used = grown_u
-                    t, _ = reserve(bp_times[d], bp_used[d], bp_count[d:d + 1], now, now, sub_reads[k], batch_qd[b],
-                                   dev_latency[d], dev_units[d])
+                        bp_scratch = np.zeros((2, bp_times.shape[1]), dtype=np.float64)
+                    t, _ = reserve(bp_times[d], bp_used[d], bp_count[d:d + 1], bp_scratch, now, now, sub_reads[k],
+                                   batch_qd[b], dev_latency[d], dev_units[d])
                     dev_busy_out[d] += sub_reads[k] * dev_spacing[d]
                     done = max(done, t)
                     dev_reads_out[d] += sub_reads[k]

@@ -20,7 +20,7 @@ import numpy as np
 from sdm.devices import DeviceSpec, blocks_of, get_device
 from sdm.errors import ConfigError
 from sdm.tiers.base import CacheTier, Tier
-from sdm.kernels.devqueue import lone_spans, make_device_state, reserve
+from sdm.kernels.devqueue import grow_device_state, lone_spans, make_device_state, reserve
 from sdm.tiers.clock import SimClock, current_timeline, wait_until_ns
 from sdm.tiers.manifest import TableLayout
 
@@ -46,7 +46,7 @@ class DeviceQueue:
         iops = self.device.max_read_iops if units is None else units * 1e9 / self.latency_ns
         self.spacing_ns = max(1e9 / iops, self.device.access_bytes / self.device.read_bandwidth_gbps)
         self.units = self.latency_ns / self.spacing_ns
-        self._times, self._used, self._count = make_device_state()
+        self._state = make_device_state()
         self._lock = threading.Lock()
         self._reads = 0
         self._in_device = 0.0  # sum over reads of their time in the device
@@ -60,12 +60,9 @@ class DeviceQueue:
         if reads <= 0:
             return 0.0
         with self._lock:
-            if self._count[0] + 2 > len(self._times):  # two breakpoints per batch in flight, at most
-                grown = 2 * len(self._times)
-                self._times = np.resize(self._times, grown)
-                self._used = np.resize(self._used, grown)
+            self._state = grow_device_state(self._state)  # two breakpoints per batch in flight, at most
             keep = issue_ns if keep_from_ns is None else min(keep_from_ns, issue_ns)
-            took, in_device = reserve(self._times, self._used, self._count, float(keep), float(issue_ns),
+            took, in_device = reserve(*self._state, float(keep), float(issue_ns),
                                       reads, queue_depth, self.latency_ns, self.units)
             self._reads += reads
             self._in_device += in_device
