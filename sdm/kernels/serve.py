@@ -141,13 +141,13 @@ def probe_batch(ids, key_base, st, adm, slots, scratch_start, state, stamp_base,
             ready = v & READY_BITS
             is_miss[j] = ready == SLOT_FAILED
             if is_miss[j]:  # a read of its row failed: this batch reads it again
-                v = (v & ~READY_BITS) | SLOT_PENDING
+                v = (v & PREFETCHED) | SLOT_PENDING
             elif ready == SLOT_PENDING:  # another batch is reading it: wait for that
                 waits[n_waits] = j
                 n_waits += 1
             if (v & PREFETCHED) and not prefetch:
                 counters[C_PREFETCH_USED] += 1
-                v &= ~PREFETCHED
+                v &= READY_BITS
             state[s] = v
         else:
             counters[C_MISSES] += 1
