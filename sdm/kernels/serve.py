@@ -185,4 +185,7 @@ def fill_rows(slots, ptr, rows):
     """``slots[ptr[k], :row_bytes] = rows[k]`` for each fetched row ``k``."""
     width = rows.shape[1]
     for k in range(ptr.shape[0]):
-        slots[ptr[k], :width] = rows[k]  # a row slice: copied as a block, not byte by byte
+        dst = slots[ptr[k]]  # 1-D views: the byte loop runs without 2-D index arithmetic
+        src = rows[k]
+        for b in range(width):
+            dst[b] = src[b]
