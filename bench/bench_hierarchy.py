@@ -21,6 +21,8 @@ Sections:
    DRAM cache holding every row the batches touch, against raw ``sdm.embedding_bag`` over
    the same rows as numpy tables; interleaved, median of ``--reps`` rounds. Also the data
    plane alone (pooling from the cache's slots through the planned pointers).
+4. The live path by phase, ns per lookup timed in place, all hits and with the cache sized
+   for a 50% hit rate over a modeled Optane tier.
 
 Run::
 
@@ -258,6 +260,88 @@ def section_all_hit(path, batches, arrays, reps, policy="lru") -> list[str]:
     return rows
 
 
+_PHASES = (("checks", "request checks (Store._check_requests)"), ("dedup", "dedup (unique_ranked)"),
+           ("probe", "policy probe (probe_batch, under the lock)"),
+           ("read below", "read of the misses from the tier below, device model included"),
+           ("fill", "misses copied into their slots (fill_rows)"),
+           ("slot pointers", "per-lookup slot pointers (compose)"), ("pool", "pooling from the slots"),
+           ("dram charge", "the cache's DRAM lines charged to its device model"))
+
+
+def section_phases(path, batches, reps, policy, hit_rate) -> list[str]:
+    """ns per lookup of each phase of ``store.embedding_bags`` through a DRAM cache, timed in
+    place: each call of the cache's batch path wrapped in a timer (~0.2 us a call). The cache
+    is sized so ``sdm.simulate`` gives ``hit_rate`` on the batches' key stream (1.0: every row
+    they touch fits); the tier below is a modeled Optane mmap tier. The batches are served
+    once to warm the cache, then ``reps`` times, timed."""
+    import sdm.store.store as store_mod
+    import sdm.tiers.dram_cache as dram_cache
+
+    stream = np.concatenate([(np.int64(t) << 48) | np.unique(b[k][0])
+                             for b in batches for t, k in enumerate(b)])
+    touched = len(np.unique(stream))
+    capacity = touched + 1024
+    if hit_rate < 1.0:  # the capacity whose simulated hit rate is closest to the one asked for
+        lo, hi = 1, touched
+        while hi - lo > max(1, touched // 1000):
+            mid = (lo + hi) // 2
+            r = sdm.simulate(np.tile(stream, reps + 1), policy=policy, capacity=mid)
+            lo, hi = (mid, hi) if r.hits / (r.hits + r.misses) < hit_rate else (lo, mid)
+        capacity = hi
+    config = HierarchyConfig("phases", (TierConfig("cache", capacity_rows=capacity, policy=policy),
+                                        TierConfig("mmap", "optane-p4800x-512", queue_depth=16)))
+    lookups = sum(len(r[0]) for b in batches for r in b.values())
+    spent = dict.fromkeys([k for k, _ in _PHASES] + ["total"], 0)
+
+    def timed(fn, phase):
+        def wrapper(*a, **k):
+            t = time.perf_counter_ns()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[phase] += time.perf_counter_ns() - t
+        return wrapper
+
+    patches = [(dram_cache, "unique_ranked", "dedup"), (dram_cache, "probe_batch", "probe"),
+               (dram_cache, "fill_rows", "fill"), (dram_cache, "compose", "slot pointers"),
+               (dram_cache, "pool", "pool")]
+    saved = [(mod, name, getattr(mod, name)) for mod, name, _ in patches]
+    with sdm.Store.open(path, config=config) as store:
+        cache = store._hierarchy._cache
+        for b in batches:
+            store.embedding_bags(b)
+        before = store.stats()["tiers"][0]
+        try:
+            for mod, name, phase in patches:
+                setattr(mod, name, timed(getattr(mod, name), phase))
+            store._check_requests = timed(store._check_requests, "checks")
+            cache.inner.lower.read_rows = timed(cache.inner.lower.read_rows, "read below")
+            cache._charge_rows = timed(cache._charge_rows, "dram charge")
+            for _ in range(reps):
+                t = time.perf_counter_ns()
+                for b in batches:
+                    store.embedding_bags(b)
+                spent["total"] += time.perf_counter_ns() - t
+        finally:
+            for mod, name, fn in saved:
+                setattr(mod, name, fn)
+        after = store.stats()["tiers"][0]
+    hits, misses = after["hits"] - before["hits"], after["misses"] - before["misses"]
+    per = {k: v / (reps * lookups) for k, v in spent.items()}
+    rest = per["total"] - sum(per[k] for k, _ in _PHASES)
+    rows = [f"Phases, policy {policy}: {capacity:,} cache slots, hit rate {hits / max(1, hits + misses):.3f} "
+            f"(distinct rows per batch), {lookups:,} lookups per pass, {numba.get_num_threads()} threads, "
+            f"{reps} passes timed in place.", "",
+            "| phase | ns per lookup | share |", "|---|---|---|"]
+    for key, label in _PHASES:
+        rows.append(f"| {label} | {per[key]:.2f} | {per[key] / per['total']:.0%} |")
+    rows.append(f"| the rest (Python: tier calls, lock, batch bookkeeping, output arrays) | {rest:.2f} | "
+                f"{rest / per['total']:.0%} |")
+    rows.append(f"| **total** | {per['total']:.2f} | 100% |")
+    print("\n".join(rows), flush=True)
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tables", type=int, default=8)
@@ -267,7 +351,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--dir", default="/tmp/sdm-bench-hierarchy")
     ap.add_argument("--policies", default="lru,sieve", help="policies of the all-hit section")
-    ap.add_argument("--skip", default="", help="sections to skip: presets,features,all-hit")
+    ap.add_argument("--skip", default="", help="sections to skip: presets,features,all-hit,phases")
     ap.add_argument("--quick", action="store_true", help="toy size smoke test")
     args = ap.parse_args(argv)
     if args.quick:
@@ -295,6 +379,11 @@ def main(argv=None) -> int:
         out += ["## Live data plane, all hits", ""]
         for policy in args.policies.split(","):
             out += section_all_hit(path, batches[args.warm:], arrays, args.reps, policy) + [""]
+    if "phases" not in skip:
+        out += ["## Live path by phase", ""]
+        for policy in args.policies.split(","):
+            for hit_rate in (1.0, 0.5):
+                out += section_phases(path, batches[args.warm:], args.reps, policy, hit_rate) + [""]
     print("\n" + "\n".join(out))
     return 0
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sdm.errors import InvalidArgumentError
-from sdm.kernels.dedup import unique_inverse
+from sdm.kernels.dedup import compose, unique_inverse, unique_ranked
 
 I64 = np.iinfo(np.int64)
 
@@ -81,3 +81,17 @@ def test_bad_input():
         unique_inverse(np.array([2**64 - 1], dtype=np.uint64))
     u, inv = unique_inverse([])
     assert u.shape == (0,) and inv.shape == (0,)
+
+
+@given(st.lists(st.integers(0, 60), max_size=300), st.integers(0, 2**40))
+def test_unique_ranked_and_compose(ids, salt):
+    ids = np.asarray(ids, dtype=np.int64)
+    unique, inverse, rank = unique_ranked(ids)
+    want_u = np.unique(ids)
+    assert np.array_equal(unique, want_u)
+    assert np.array_equal(unique[rank[inverse]], ids)
+    # first-sight order: the distinct ids in inverse's positions appear as they first occur
+    firsts = [int(v) for i, v in enumerate(ids.tolist()) if v not in ids[:i].tolist()]
+    assert unique[rank].tolist() == firsts
+    values = unique * 7 + salt  # any per-distinct-id value, mapped to each lookup
+    assert np.array_equal(compose(values, rank, inverse), ids * 7 + salt)

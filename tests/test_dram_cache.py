@@ -106,3 +106,32 @@ def test_invalidate_drops_only_that_table():
 def test_belady_is_refused_for_a_live_cache():
     with pytest.raises(sdm.errors.ConfigError, match="belady"):
         DramCacheTier(ArrayTier({}), 10, 8, policy="belady")
+
+
+@pytest.mark.parametrize("policy", LIVE_POLICIES)
+def test_a_batch_in_flight_keeps_its_slots_and_only_those(policy):
+    layouts, raw, _ = make_tables(SPECS[:1])
+    layout, width = layouts[0], SPECS[0].row_bytes
+    cache = DramCacheTier(ArrayTier(raw), 8, width, policy=policy)
+    first = cache._serve(layout, np.arange(4, dtype=np.int64))  # in flight until _end
+    held = first.ptr.copy()
+    keys = cache.directory.slot_keys()[held]
+    for start in range(10, 45, 5):  # other batches push misses through the other slots
+        ids = np.arange(start, start + 5, dtype=np.int64)
+        out = np.empty((5, width), dtype=np.uint8)
+        cache.read_rows(layout, ids, out)
+        np.testing.assert_array_equal(out, raw[0][ids])
+        cache.check_invariants()
+    assert np.array_equal(cache.directory.slot_keys()[held], keys)  # none evicted
+    np.testing.assert_array_equal(first.slots[held, :width], raw[0][:4])  # nor overwritten
+    # a batch sharing the held rows pins them for itself while the first is in flight
+    second = cache._serve(layout, np.arange(2, 6, dtype=np.int64))
+    cache._end(first)
+    assert (cache.directory.pin_counts()[second.ptr[:2]] == 1).all()
+    cache._end(second)
+    assert not cache._flying and not cache.directory.pin_counts().any()
+    # only batches in flight hold slots: a finished batch's slots are evicted as usual
+    before = cache.stats()["not_admitted"]
+    out = np.empty((8, width), dtype=np.uint8)
+    cache.read_rows(layout, np.arange(42, 50, dtype=np.int64), out)
+    assert cache.stats()["not_admitted"] == before

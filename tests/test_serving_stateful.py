@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 import sdm
-from sdm.kernels.serve import SLOT_PENDING
+from sdm.kernels.serve import READY_BITS, SLOT_PENDING
 from sdm.store.config import HIERARCHY_PRESETS, HierarchyConfig, TierConfig, with_io_mode
 
 TIMEOUT = 60  # seconds any one wait may take
@@ -257,7 +257,8 @@ class ConcurrentServing(RuleBasedStateMachine):
         if cache is not None:
             cache.check_invariants()
             assert not cache.directory.pin_counts().any()
-            assert not (cache._ready == SLOT_PENDING).any()
+            assert not ((cache._state & READY_BITS) == SLOT_PENDING).any()
+            assert not cache._flying  # every batch left the set in flight
 
     def teardown(self):
         if self.process is not None and getattr(self, "opened_remote", False):

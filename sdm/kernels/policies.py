@@ -26,12 +26,17 @@ from __future__ import annotations
 import numpy as np
 
 from sdm.kernels.jit import jit
-from sdm.kernels.hashmap import hm_delete, hm_find, hm_insert, make_hashmap_state, mix64
+from sdm.kernels.bag import prefetch_row
+from sdm.kernels.hashmap import _home, hm_delete, hm_find, hm_insert, make_hashmap_state, mix64
 
 POLICY_NAMES = ("lru", "fifo", "clock", "lfu", "sieve", "s3fifo", "arc", "random", "belady")
 LRU, FIFO, CLOCK, LFU, SIEVE, S3FIFO, ARC, RANDOM, BELADY = range(9)
 ADMISSION_NAMES = ("none", "threshold", "tinylfu")
 ADM_NONE, ADM_THRESHOLD, ADM_TINYLFU = range(3)
+
+# Keys ahead whose id -> slot map entry serve() prefetches: the map of a 10K-slot cache
+# (1 MB at load 1/4) does not stay in L2 beside the rest of the state.
+_SERVE_AHEAD = 12
 
 # Next use of a key never requested again (belady); larger than any trace position.
 NEVER = np.int64(1 << 62)
@@ -39,6 +44,9 @@ NEVER = np.int64(1 << 62)
 # meta (int64) fields
 M_POL, M_CAP, M_SIZE, M_NFREE, M_HAND, M_TIME, M_RNG, M_HAS_EVICTED = range(8)
 M_SMALL_CAP, M_MAIN_CAP, M_GHOST_CAP, M_NGFREE, M_HEAPN, M_FLAG, M_THRESH = range(8, 15)
+# Held slots (the live cache): a slot whose use stamp (state array 19, ``epoch << 32 | j``)
+# names one of the meta[M_FLYING] epochs in state array 20 is held like a pinned one.
+M_FLYING = 15
 M_HITS, M_MISSES, M_EVICTIONS, M_REJECTS = 32, 33, 34, 35
 Q_BASE = 16  # resident queue q: head, tail, length at 16 + 3q
 G_BASE = 24  # ghost queue q: head, tail, length at 24 + 3q
@@ -60,10 +68,12 @@ def _needs(policy: int):
 
 
 def make_cache_state(capacity: int, policy: int, *, seed: int = 0, small_ratio: float = 0.1,
-                     ghost_ratio: float = 0.9, move_to_main: int = 2):
+                     ghost_ratio: float = 0.9, move_to_main: int = 2, guarded: bool = False):
     """Preallocate the state tuple of a ``capacity``-slot cache running ``policy`` (a code).
 
     Arrays a policy does not use are length 1 so every policy shares one compiled signature.
+    ``guarded``: the cache holds slots by use stamps as well as pin counts (the live cache:
+    :data:`M_FLYING`); the simulator's caches leave those arrays at length 1 and never read them.
     S3-FIFO queue sizes follow libCacheSim: small ``floor(small_ratio * c)`` (at least 1),
     main the rest, ghost ``floor(ghost_ratio * c)`` keys.
     """
@@ -115,6 +125,8 @@ def make_cache_state(capacity: int, policy: int, *, seed: int = 0, small_ratio: 
         np.full(g, -1, dtype=np.int32),             # 16 ghost next
         np.zeros(g, dtype=np.int8),                 # 17 ghost queue
         np.arange(g - 1, -1, -1, dtype=np.int32),   # 18 ghost free stack
+        np.full(c if guarded else 1, -1, dtype=np.int64),  # 19 use stamp of slot (guarded only)
+        np.zeros(64 if guarded else 1, dtype=np.int64),     # 20 epochs in flight (guarded only)
     )
 
 
@@ -371,21 +383,38 @@ def _pre_miss(st, pol, key):
 
 
 @jit(_nrt=False, inline='always')
+def flying(st, stamp):
+    """The use stamp ``stamp`` names an epoch in flight (:data:`M_FLYING`)."""
+    epoch = stamp >> 32
+    fly = st[20]
+    for i in range(st[0][M_FLYING]):
+        if fly[i] == epoch:
+            return True
+    return False
+
+
+@jit(_nrt=False, inline='always')
+def _held(st, pins, s):
+    """Slot ``s`` may not be evicted: pinned, or stamped by a batch in flight."""
+    return pins[s] > 0 or (st[0][M_FLYING] > 0 and flying(st, st[19][s]))
+
+
+@jit(_nrt=False, inline='always')
 def _scan_unpinned(st):
-    """Fallback victim when the policy's own choice is pinned: the best unpinned heap slot."""
+    """Fallback victim when the policy's own choice is held: the best unheld heap slot."""
     meta, prio, heap, pins = st[0], st[8], st[9], st[11]
     best = -1
     for i in range(meta[M_HEAPN]):
         s = heap[i]
-        if pins[s] == 0 and (best < 0 or prio[s] < prio[best]):
+        if not _held(st, pins, s) and (best < 0 or prio[s] < prio[best]):
             best = s
     return best
 
 
 @jit(_nrt=False, inline='always')
-def _tail_unpinned(meta, base, prev, pins):
+def _tail_unpinned(st, meta, base, prev, pins):
     s = meta[base + 1]
-    while s >= 0 and pins[s] > 0:
+    while s >= 0 and _held(st, pins, s):
         s = prev[s]
     return s
 
@@ -400,11 +429,11 @@ def _choose_victim(st, pol):
     meta, prev, nxt, freq, sq, pins = st[0], st[4], st[5], st[6], st[7], st[11]
     c = meta[M_CAP]
     if pol == LRU:
-        return _tail_unpinned(meta, Q_BASE, prev, pins)
+        return _tail_unpinned(st, meta, Q_BASE, prev, pins)
     if pol == FIFO or pol == CLOCK:
         h = meta[M_HAND]
         for _ in range(2 * c + 1):
-            if pins[h] == 0:
+            if not _held(st, pins, h):
                 if pol == FIFO or freq[h] == 0:
                     return h
                 freq[h] = 0
@@ -418,7 +447,7 @@ def _choose_victim(st, pol):
         if s < 0:
             s = meta[Q_BASE + 1]
         for _ in range(2 * c + 1):
-            if pins[s] == 0:
+            if not _held(st, pins, s):
                 if freq[s] == 0:
                     # the hand rests on the victim; evict moves it one step toward the head
                     meta[M_HAND] = s
@@ -430,7 +459,7 @@ def _choose_victim(st, pol):
         return -1
     if pol == LFU or pol == BELADY:
         top = st[9][0]
-        if pins[top] == 0:
+        if not _held(st, pins, top):
             return top
         return _scan_unpinned(st)
     if pol == RANDOM:
@@ -439,10 +468,10 @@ def _choose_victim(st, pol):
             # easy to mirror in the pure-Python reference.
             meta[M_RNG] += 1
             s = np.int64(mix64(meta[M_RNG]) % np.uint64(c))
-            if pins[s] == 0:
+            if not _held(st, pins, s):
                 return s
         for s in range(c):
-            if pins[s] == 0:
+            if not _held(st, pins, s):
                 return s
         return -1
     if pol == S3FIFO:
@@ -452,7 +481,7 @@ def _choose_victim(st, pol):
                 if meta[Q_BASE + 5] == 0:
                     return -1
                 s = meta[Q_BASE + 4]
-                if freq[s] >= 1 or pins[s] > 0:
+                if freq[s] >= 1 or _held(st, pins, s):
                     # main is a clock with a 2-bit counter: reinsert with one less.
                     f = freq[s]
                     freq[s] = (3 if f > 3 else f) - 1 if f >= 1 else 0
@@ -462,7 +491,7 @@ def _choose_victim(st, pol):
                     return s
             else:
                 s = meta[Q_BASE + 1]
-                if freq[s] >= meta[M_THRESH] or pins[s] > 0:
+                if freq[s] >= meta[M_THRESH] or _held(st, pins, s):
                     _unlink(meta, Q_BASE, prev, nxt, s)
                     sq[s] = 1
                     freq[s] = 0
@@ -472,18 +501,18 @@ def _choose_victim(st, pol):
         return -1
     if pol == ARC:
         if meta[M_FLAG] & F_NO_GHOST:
-            return _tail_unpinned(meta, Q_BASE, prev, pins)
+            return _tail_unpinned(st, meta, Q_BASE, prev, pins)
         t1 = meta[Q_BASE + 2]
         p = st[1][0]
         if t1 >= 1 and (t1 > p or ((meta[M_FLAG] & F_IN_B2) and t1 == p)):
-            s = _tail_unpinned(meta, Q_BASE, prev, pins)
+            s = _tail_unpinned(st, meta, Q_BASE, prev, pins)
             if s >= 0:
                 return s
-            return _tail_unpinned(meta, Q_BASE + 3, prev, pins)
-        s = _tail_unpinned(meta, Q_BASE + 3, prev, pins)
+            return _tail_unpinned(st, meta, Q_BASE + 3, prev, pins)
+        s = _tail_unpinned(st, meta, Q_BASE + 3, prev, pins)
         if s >= 0:
             return s
-        return _tail_unpinned(meta, Q_BASE, prev, pins)
+        return _tail_unpinned(st, meta, Q_BASE, prev, pins)
     return -1
 
 
@@ -687,8 +716,11 @@ def serve(st, adm, keys, next_use, hit, slot, evicted):
     want_slot = slot.shape[0] == n
     want_evicted = evicted.shape[0] == n
     pol = st[0][M_POL]
+    index = st[2]
     hits = 0
     for i in range(n):
+        if i + _SERVE_AHEAD < n:  # the map entry of a later key, fetched while this one is served
+            prefetch_row(index, 2 * _home(index, keys[i + _SERVE_AHEAD]), 16)
         nu = next_use[i] if have_nu else NEVER
         h, s, e = _access(st, adm, keys[i], nu, pol)
         if h:

@@ -13,7 +13,7 @@ from sdm.kernels.bag import (_fp16_range, _fp32_range, _int8_range, bag_fp16, ba
                              bags_valid)
 from sdm.kernels.jit import jit
 
-__all__ = ["embedding_bag", "check_ids", "check_offsets", "check_weights", "POOLING_MODES"]
+__all__ = ["embedding_bag", "check_bags", "check_ids", "check_offsets", "check_weights", "POOLING_MODES"]
 
 POOLING_MODES = ("sum", "mean")
 
@@ -25,6 +25,18 @@ def check_ids(ids, num_rows: int, *, what: str = "index") -> np.ndarray:
     to int64; floats and bools are rejected rather than silently truncated).
     """
     return check_id_array(ids, what, upper=num_rows, keep_int32=True)
+
+
+def check_bags(indices, offsets, num_rows: int, *, what: str = "index") -> tuple[np.ndarray, np.ndarray]:
+    """:func:`check_ids` and :func:`check_offsets` together: ``(indices, offsets)`` as the
+    kernels take them. Arrays already in the kernels' dtypes are checked in one pass
+    (:func:`~sdm.kernels.bag.bags_valid`); the full checks run only to convert the others or
+    to name what is wrong."""
+    if (_plain(indices, _INDEX_DTYPES) and _plain(offsets, _OFFSET_DTYPES)
+            and bags_valid(indices, offsets, num_rows)):
+        return indices, offsets
+    indices = check_ids(indices, num_rows, what=what)
+    return indices, check_offsets(offsets, indices.shape[0])
 
 
 def check_offsets(offsets, nnz: int) -> np.ndarray:
@@ -146,12 +158,7 @@ def embedding_bag(table, indices, offsets, *, fmt="fp32", dim=None, mode="sum",
     fmt = check_format(fmt)
     mean = check_mode(mode)
     table, dim = _check_table(table, fmt, dim)
-    if not (_plain(indices, _INDEX_DTYPES) and _plain(offsets, _OFFSET_DTYPES)
-            and bags_valid(indices, offsets, table.shape[0])):
-        # the one-pass check failed or the arrays need converting: the full checks convert,
-        # or raise naming the bad value
-        indices = check_ids(indices, table.shape[0])
-        offsets = check_offsets(offsets, indices.shape[0])
+    indices, offsets = check_bags(indices, offsets, table.shape[0])
     weights = check_weights(per_sample_weights, indices.shape[0])
     nbags = offsets.shape[0] - 1
     if out is None:

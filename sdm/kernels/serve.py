@@ -12,93 +12,143 @@ hold id ``j``'s row for this batch, every ``ptr`` distinct:
 * a hit points at its slot;
 * an admitted miss points at the slot the policy gave it (filled by the caller after the
   read from the tier below);
-* a miss the policy did not admit (admission filter, every victim pinned) points at scratch.
+* a miss the policy did not admit (admission filter, every victim held) points at scratch.
 
 A slot assigned to an id earlier in the same batch can be taken again by a later miss (the
 policy does not know the batch is still using it). The earlier owner is then moved to
 scratch: a hit's row is copied there at once (its bytes are in the slot now); a miss's row
-has not been read yet, so only its pointer moves. ``slot_epoch``/``slot_owner`` record which
-slot serves which id of the current batch; ``epoch`` changes every call.
+has not been read yet, so only its pointer moves. A slot's use stamp (below) records which
+id of the current batch it serves.
 
 Many batches may be in flight (their reads run outside the cache's lock), so a slot also
-has a state in ``ready``: ``SLOT_READY`` (its row is there), ``SLOT_PENDING`` (a batch is
-reading its row: the slot was given to a miss) or ``SLOT_FAILED`` (that read failed: the
-next batch to hit it reads it again, so it is planned as a miss). Slots other batches are
-using are pinned by them, so no probe evicts them.
+has a state in ``state`` (:data:`READY_BITS`): ``SLOT_READY`` (its row is there),
+``SLOT_PENDING`` (a batch is reading its row: the slot was given to a miss) or
+``SLOT_FAILED`` (that read failed: the next batch to hit it reads it again, so it is planned
+as a miss); bit :data:`PREFETCHED` marks a row a prefetch read that no demand batch used yet.
+
+No slot another batch in flight reads is evicted, mostly without a pin per slot: the probe
+stamps every slot it places with ``epoch << 32 | position`` in the policy's use array (state
+array 19), the caller lists the epochs of the other batches in flight in the policy state
+(``M_FLYING``), and the victim choice skips slots stamped by any of them
+(:func:`sdm.kernels.policies._held`). A slot already stamped by a batch in flight keeps that
+stamp and is pinned instead, the pin dropped when this batch ends (``shared``). So a batch
+costs one stamp per slot and no unpinning, unless batches share rows while both are in
+flight; with no other batch in flight nothing is held, and a single thread's decisions stay
+exactly the simulator's.
 """
 
 from __future__ import annotations
 
 from sdm.kernels.jit import jit
 from sdm.kernels.bag import prefetch_row
-from sdm.kernels.hashmap import _home
-from sdm.kernels.policies import NEVER, access_one
+from sdm.kernels.hashmap import _home, hm_find
+from sdm.kernels.policies import CLOCK, LRU, M_FLYING, NEVER, S3FIFO, SIEVE, access_one, flying
 
 
 #: A cache key is ``table_id << TABLE_SHIFT | row id`` (row ids are < 2**48, TableSpec's limit),
 #: so one directory serves every table of a store and the simulator replays the same keys.
 TABLE_SHIFT = 48
 
-# Keys ahead whose hash-map entry is prefetched: a probe of a cache this size is a cache miss
-# per key, so the next keys' entries are fetched while this one's policy work runs.
-_PREFETCH_KEYS = 8
+# Prefetch pipeline of the probe, in keys ahead: a probe of a cache this size takes a cache
+# miss for the key's hash-map entry, then one for each per-slot array it touches. The entry
+# of key j + _AHEAD_ENTRY is fetched; then key j + _AHEAD_SLOT is looked up (its entry
+# arrived meanwhile) and its slot's state, stamp and policy metadata are fetched; for LRU,
+# the list neighbours of key j + _AHEAD_LINKS's slot then (their links arrived meanwhile).
+_AHEAD_ENTRY = 16
+_AHEAD_SLOT = 8
+_AHEAD_LINKS = 4
 
 # counters of probe_batch
 C_HITS, C_MISSES, C_REJECTED, C_PREFETCH_USED, C_PREFETCH_WASTED = range(5)
 N_COUNTERS = 5
 
-# slot states (``ready``)
+# slot states (``state & READY_BITS``) and the prefetched-unused bit
 SLOT_PENDING, SLOT_READY, SLOT_FAILED = 0, 1, 2
+READY_BITS = 3
+PREFETCHED = 4
 
 
 # _nrt=False: without it every inlined access_one increfs and decrefs each array of the
 # policy state tuple (19 atomic pairs per key), measured 60x slower than the kernel itself.
 @jit(_nrt=False)
-def probe_batch(ids, key_base, st, adm, slots, scratch_start, slot_epoch, slot_owner, epoch,
-                slot_flag, ready, prefetch, ptr, is_miss, counters):
+def probe_batch(ids, key_base, st, adm, slots, scratch_start, state, stamp_base, prefetch, ptr,
+                is_miss, waits, shared, counters):
     """Probe ``ids`` and plan their rows.
 
     Args:
         ids: ``(u,)`` int64 distinct row ids of one table, ascending.
         key_base: ``table_id << 48``; the cache key of id ``i`` is ``key_base | i``.
-        st, adm: policy and admission state (:func:`make_cache_state`, :func:`make_admission_state`).
+        st, adm: policy and admission state (:func:`make_cache_state` with ``guarded``,
+            :func:`make_admission_state`); the caller has listed the other batches in flight.
         slots: ``(capacity + scratch, slot_bytes)`` uint8 rows.
         scratch_start: the first of ``u`` scratch rows of ``slots`` this batch owns.
-        slot_epoch, slot_owner: ``(capacity,)`` int64: batch stamp and id position per slot.
-        epoch: this call's stamp (distinct from every earlier call's).
-        slot_flag: ``(capacity,)`` uint8: 1 while a slot holds a row a prefetch read that no
-            demand batch has used yet.
-        ready: ``(capacity,)`` uint8 slot states in/out: a slot given to a miss becomes
+        state: ``(capacity,)`` uint8 slot states in/out: a slot given to a miss becomes
             ``SLOT_PENDING``; a hit on a ``SLOT_FAILED`` slot is claimed (``SLOT_PENDING``)
-            and planned as a miss.
+            and planned as a miss; ``PREFETCHED`` is set on a prefetch's admitted misses and
+            cleared by a demand hit.
+        stamp_base: ``epoch << 32`` for this call's epoch, above every earlier call's; the
+            slot placed for id ``j`` is stamped ``stamp_base | j``.
         prefetch: True for a prefetch: every row it places (hit or admitted miss) is pinned
             at once, so no later id of the same call, nor any later batch, can evict it
-            before its batch releases it; admitted misses are flagged.
+            before its batch releases it. Else the slots are held by their stamps while the
+            caller lists this epoch in flight.
         ptr: ``(u,)`` int64 out: row of ``slots`` serving each id.
         is_miss: ``(u,)`` bool out: the id's row must be read from the tier below into
             ``slots[ptr[j]]`` by this batch.
+        waits: ``(u,)`` int64 out: positions ``j`` of hits whose slot another batch is still
+            filling, in the first entries.
+        shared: ``(u,)`` int64 out (demand batches): slots another batch in flight had
+            stamped, pinned for this batch instead, in the first entries; unpin them at its end.
         counters: ``(N_COUNTERS,)`` int64 in/out: hits, misses, misses not admitted,
             prefetched rows used by a demand hit, prefetched rows evicted unused.
 
     Returns:
-        The number of scratch rows used.
+        ``(entries of waits, entries of shared)``.
     """
-    pins = st[11]
-    index = st[2]  # the policy's key -> slot hash map
+    meta, index, prev, nxt, freq, pins, use = st[0], st[2], st[4], st[5], st[6], st[11], st[19]
+    pol = meta[0]
+    lists = pol == LRU
+    bits = pol == CLOCK or pol == SIEVE or pol == S3FIFO
+    nfly = meta[M_FLYING]
     scratch = scratch_start
+    n_waits = 0
+    n_shared = 0
     n = ids.shape[0]
     for j in range(n):
-        if j + _PREFETCH_KEYS < n:
-            prefetch_row(index, 2 * _home(index, key_base | ids[j + _PREFETCH_KEYS]), 16)  # key, value
+        if j + _AHEAD_ENTRY < n:
+            prefetch_row(index, 2 * _home(index, key_base | ids[j + _AHEAD_ENTRY]), 16)  # key, value
+        if j + _AHEAD_SLOT < n:
+            a = hm_find(index, key_base | ids[j + _AHEAD_SLOT])
+            if a >= 0:
+                prefetch_row(state, a, 1)
+                prefetch_row(use, a, 1)
+                if lists:
+                    prefetch_row(prev, a, 1)
+                    prefetch_row(nxt, a, 1)
+                elif bits:
+                    prefetch_row(freq, a, 1)
+        if lists and j + _AHEAD_LINKS < n:  # an LRU hit also rewrites its list neighbours
+            a = hm_find(index, key_base | ids[j + _AHEAD_LINKS])
+            if a >= 0:
+                if prev[a] >= 0:
+                    prefetch_row(nxt, prev[a], 1)
+                if nxt[a] >= 0:
+                    prefetch_row(prev, nxt[a], 1)
         hit, s, _ = access_one(st, adm, key_base | ids[j], NEVER)
         if hit:
             counters[C_HITS] += 1
-            is_miss[j] = ready[s] == SLOT_FAILED
+            v = state[s]
+            ready = v & READY_BITS
+            is_miss[j] = ready == SLOT_FAILED
             if is_miss[j]:  # a read of its row failed: this batch reads it again
-                ready[s] = SLOT_PENDING
-            if slot_flag[s] and not prefetch:
+                v = (v & PREFETCHED) | SLOT_PENDING
+            elif ready == SLOT_PENDING:  # another batch is reading it: wait for that
+                waits[n_waits] = j
+                n_waits += 1
+            if (v & PREFETCHED) and not prefetch:
                 counters[C_PREFETCH_USED] += 1
-                slot_flag[s] = 0
+                v &= READY_BITS
+            state[s] = v
         else:
             counters[C_MISSES] += 1
             is_miss[j] = True
@@ -107,23 +157,27 @@ def probe_batch(ids, key_base, st, adm, slots, scratch_start, slot_epoch, slot_o
                 ptr[j] = scratch
                 scratch += 1
                 continue
-            if slot_flag[s]:  # the evicted row was prefetched and never used
+            if state[s] & PREFETCHED:  # the evicted row was prefetched and never used
                 counters[C_PREFETCH_WASTED] += 1
-            slot_flag[s] = 1 if prefetch else 0
-            ready[s] = SLOT_PENDING
-            if slot_epoch[s] == epoch:  # the slot still serves an earlier id of this batch
-                owner = slot_owner[s]
+            state[s] = (PREFETCHED if prefetch else 0) | SLOT_PENDING
+            if use[s] >= stamp_base:  # the slot still serves an earlier id of this batch
+                owner = use[s] - stamp_base
                 if not is_miss[owner]:
                     for b in range(slots.shape[1]):
                         slots[scratch, b] = slots[s, b]
                 ptr[owner] = scratch
                 scratch += 1
-        if prefetch:
-            pins[s] += 1
         ptr[j] = s
-        slot_epoch[s] = epoch
-        slot_owner[s] = j
-    return scratch - scratch_start
+        if nfly > 0 and flying(st, use[s]):  # another batch in flight reads it: keep its stamp
+            pins[s] += 1
+            if not prefetch:
+                shared[n_shared] = s
+                n_shared += 1
+        else:
+            use[s] = stamp_base | j
+            if prefetch:
+                pins[s] += 1
+    return n_waits, n_shared
 
 
 @jit(_nrt=False)
@@ -131,30 +185,7 @@ def fill_rows(slots, ptr, rows):
     """``slots[ptr[k], :row_bytes] = rows[k]`` for each fetched row ``k``."""
     width = rows.shape[1]
     for k in range(ptr.shape[0]):
+        dst = slots[ptr[k]]  # 1-D views: the byte loop runs without 2-D index arithmetic
+        src = rows[k]
         for b in range(width):
-            slots[ptr[k], b] = rows[k, b]
-
-
-@jit(_nrt=False)
-def pin_placed(st, ptr, capacity, delta):
-    """Add ``delta`` to the pin count of every cache slot ``ptr`` places a row in (entries
-    ``< capacity``; scratch rows are nobody's); counts never drop below 0."""
-    pins = st[11]
-    for j in range(ptr.shape[0]):
-        s = ptr[j]
-        if s < capacity:
-            v = pins[s] + delta
-            pins[s] = v if v > 0 else 0
-
-
-@jit(_nrt=False)
-def pending_hits(ptr, is_miss, ready, capacity, out):
-    """Write into ``out`` the positions ``j`` of hits whose slot another batch is still
-    filling (``ready`` not ``SLOT_READY``); returns how many."""
-    n = 0
-    for j in range(ptr.shape[0]):
-        s = ptr[j]
-        if not is_miss[j] and s < capacity and ready[s] != SLOT_READY:
-            out[n] = j
-            n += 1
-    return n
+            dst[b] = src[b]

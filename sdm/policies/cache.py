@@ -123,6 +123,9 @@ class Cache:
         admission: ``None``, ``"threshold"``, ``"tinylfu"`` or an :class:`Admission`.
         seed: seed of the ``random`` policy.
         small_ratio, ghost_ratio, move_to_main: S3-FIFO parameters (libCacheSim defaults).
+        guarded: keep a use stamp per slot, so a caller serving many batches at once can hold
+            every slot a batch in flight reads without a pin per slot (the live DRAM cache,
+            :mod:`sdm.kernels.serve`).
 
     Requests in one batch are served strictly in order, so a key repeated in a batch hits
     on its second request, and a slot assigned early in a batch may be reassigned later in
@@ -135,7 +138,7 @@ class Cache:
     """
 
     def __init__(self, capacity, policy="lru", *, admission=None, seed=0,
-                 small_ratio=0.1, ghost_ratio=0.9, move_to_main=2):
+                 small_ratio=0.1, ghost_ratio=0.9, move_to_main=2, guarded=False):
         self._capacity = check_capacity(capacity)
         self._code = check_policy(policy)
         self._policy = POLICIES[self._code]
@@ -145,7 +148,8 @@ class Cache:
         seed = check_int(seed, "seed")
         self._admission = Admission.coerce(admission)
         self._state = K.make_cache_state(self._capacity, self._code, seed=seed, small_ratio=ratios[0],
-                                         ghost_ratio=ratios[1], move_to_main=move_to_main)
+                                         ghost_ratio=ratios[1], move_to_main=move_to_main,
+                                         guarded=bool(guarded))
         self._adm = (self._admission.make_state(self._capacity) if self._admission
                      else _no_admission())
 

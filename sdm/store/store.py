@@ -36,7 +36,7 @@ from sdm.store.hierarchy import Hierarchy
 from sdm.tiers.manifest import MANIFEST_NAME, Manifest, TableLayout, TableSpec, fsync_dir
 from sdm.kernels.dedup import unique_inverse
 from sdm.store.pooled import PooledCache
-from sdm.kernels.pooling import check_ids, check_mode, check_offsets, check_weights
+from sdm.kernels.pooling import check_bags, check_ids, check_mode, check_weights
 from sdm.tiers.lmdb import RowDB
 
 __all__ = ["Store", "TableSpec", "PrefetchTicket"]
@@ -401,8 +401,8 @@ class Store:
     def _check_bag(self, name, indices, offsets, mode, per_sample_weights):
         layout = self._readable(name)
         mean = check_mode(mode)
-        indices = check_ids(indices, layout.spec.num_rows, what=f"index of table {name!r}")
-        offsets = check_offsets(offsets, len(indices))
+        indices, offsets = check_bags(indices, offsets, layout.spec.num_rows,
+                                      what=f"index of table {name!r}")
         weights = check_weights(per_sample_weights, len(indices))
         return layout, indices, offsets, weights, mean
 

@@ -15,13 +15,14 @@ can evict them: :meth:`pin_rows` (hot rows a placement keeps resident for good) 
 was served — the eviction-before-use bug class of lookahead prefetchers cannot happen).
 
 Many batches are served at once. Only the probe runs under the cache's lock; there a batch
-pins every slot it will read, claims its misses' slots as pending and takes its own range
-of scratch rows. Its misses are then read from the tier below with no lock held, and a
+stamps every slot it will read (no other batch evicts a slot stamped by a batch in flight:
+:mod:`sdm.kernels.serve`), claims its misses' slots as pending and takes its
+own range of scratch rows. Its misses are then read from the tier below with no lock held, and a
 batch that hit a slot another batch is still filling waits for that row only (a condition
 variable), so hits never wait for device reads of other rows, and two batches needing the
-same missing row read it once. Pooling runs from the pinned slots, unlocked; the pins are
-dropped at the end. A single thread's key stream meets no other batch's pins, so its policy
-decisions stay exactly ``sdm.simulate``'s.
+same missing row read it once. Pooling runs from the held slots, unlocked; at the end the
+batch leaves the set in flight and unpins the few slots it shared with other batches. A single thread's key stream meets no
+other batch in flight, so its policy decisions stay exactly ``sdm.simulate``'s.
 """
 
 from __future__ import annotations
@@ -32,10 +33,11 @@ import numpy as np
 
 from sdm.errors import ConfigError
 from sdm.formats import typed_rows
-from sdm.kernels.dedup import unique_inverse
+from sdm.kernels.dedup import compose, unique_ranked
+from sdm.kernels.policies import M_FLYING, pin_batch
 from sdm.kernels.serve import (C_HITS, C_MISSES, C_PREFETCH_USED, C_PREFETCH_WASTED, C_REJECTED,
-                               N_COUNTERS, SLOT_FAILED, SLOT_PENDING, SLOT_READY, TABLE_SHIFT,
-                               fill_rows, pending_hits, pin_placed, probe_batch)
+                               N_COUNTERS, PREFETCHED, READY_BITS, SLOT_FAILED, SLOT_PENDING,
+                               SLOT_READY, TABLE_SHIFT, fill_rows, probe_batch)
 from sdm.tiers.manifest import TableLayout
 from sdm.policies import Cache
 from sdm.policies.cache import _no_admission
@@ -71,18 +73,16 @@ class DramCacheTier(CacheTier):
                               "sdm.simulate only, not in a live cache")
         self.name = name
         self.lower = lower
-        self.directory = Cache(capacity_rows, policy, admission=admission, seed=seed)
+        self.directory = Cache(capacity_rows, policy, admission=admission, seed=seed, guarded=True)
         self.capacity = self.directory.capacity
         self.slot_bytes = -(-slot_bytes // _LINE) * _LINE
         # np.empty: slots never filled cost address space, not RAM.
         self._slots = np.empty((self.capacity + _MIN_SCRATCH, self.slot_bytes), dtype=np.uint8)
-        self._slot_epoch = np.full(self.capacity, -1, dtype=np.int64)
-        self._slot_owner = np.zeros(self.capacity, dtype=np.int64)
-        self._slot_flag = np.zeros(self.capacity, dtype=np.uint8)
-        self._ready = np.full(self.capacity, SLOT_READY, dtype=np.uint8)
+        self._state = np.full(self.capacity, SLOT_READY, dtype=np.uint8)  # SLOT_* | PREFETCHED
         self._scratch = _Ranges(self.capacity, _MIN_SCRATCH)
         self._inflight = 0  # batches holding scratch rows (the slot buffer grows only at 0)
         self._epoch = 0
+        self._flying: set[int] = set()  # epochs of the demand batches in flight
         self._counters = np.zeros(N_COUNTERS, dtype=np.int64)  # demand batches
         self._prefetch_counters = np.zeros(N_COUNTERS, dtype=np.int64)
         self._prefetched = 0  # rows read from below by prefetches
@@ -99,21 +99,37 @@ class DramCacheTier(CacheTier):
 
     def _begin(self, layout: TableLayout, unique: np.ndarray, *, prefetch: bool = False) -> "_Batch":
         """Probe distinct ascending ``unique`` under the lock (:func:`probe_batch`): plan every
-        row, pin the slots the batch uses, claim its misses' slots. Caller holds the lock."""
+        row, stamp the slots the batch uses (a demand batch joins the set in flight until
+        :meth:`_end`; a prefetch pins its slots in the kernel, until :meth:`release`), claim
+        its misses' slots. Caller holds the lock."""
         u = unique.shape[0]
         start = self._take_scratch(u)
         self._epoch += 1
+        st = self._flying_state()
         ptr = np.empty(u, dtype=np.int64)
         is_miss = np.empty(u, dtype=np.bool_)
-        probe_batch(unique, np.int64(layout.table_id) << TABLE_SHIFT, self.directory._state,
-                    self._bypass if prefetch else self.directory._adm, self._slots, start,
-                    self._slot_epoch, self._slot_owner, self._epoch, self._slot_flag, self._ready,
-                    prefetch, ptr, is_miss, self._prefetch_counters if prefetch else self._counters)
-        if not prefetch:  # a prefetch pins in the kernel, until release()
-            pin_placed(self.directory._state, ptr, self.capacity, 1)
         waits = np.empty(u, dtype=np.int64)
-        waits = waits[:pending_hits(ptr, is_miss, self._ready, self.capacity, waits)]
-        return _Batch(layout, unique, ptr, is_miss, start, waits, self._slots)
+        shared = np.empty(u, dtype=np.int64)
+        n_waits, n_shared = probe_batch(
+            unique, np.int64(layout.table_id) << TABLE_SHIFT, st,
+            self._bypass if prefetch else self.directory._adm, self._slots, start, self._state,
+            np.int64(self._epoch << 32), prefetch, ptr, is_miss, waits, shared,
+            self._prefetch_counters if prefetch else self._counters)
+        if not prefetch:
+            self._flying.add(self._epoch)
+        return _Batch(layout, unique, ptr, is_miss, start, waits[:n_waits], self._slots, self._epoch,
+                      shared[:n_shared])
+
+    def _flying_state(self):
+        """The policy state with the epochs of the demand batches in flight listed in it (its
+        array of them grown when full). Caller holds the lock."""
+        st = self.directory._state
+        m = len(self._flying)
+        if m > st[20].shape[0]:
+            st = self.directory._state = st[:20] + (np.zeros(2 * m, dtype=np.int64),)
+        st[20][:m] = sorted(self._flying)
+        st[0][M_FLYING] = m
+        return st
 
     def _take_scratch(self, n: int) -> int:
         """The first of ``n`` scratch rows for one batch; waits for other batches to give
@@ -143,14 +159,15 @@ class DramCacheTier(CacheTier):
             (source or self.lower).read_rows(layout, batch.unique[which], fetched)
             fill_rows(batch.slots, batch.ptr[which], fetched)
         except BaseException:
-            with self._cond:
-                mine = batch.ptr[which]
-                self._ready[mine[mine < self.capacity]] = SLOT_FAILED
-                self._cond.notify_all()
+            self._mark(batch.ptr[which], SLOT_FAILED)
             raise
+        self._mark(batch.ptr[which], SLOT_READY)
+
+    def _mark(self, rows: np.ndarray, ready: int) -> None:
+        """Set the ready state of the cache slots among ``rows`` and wake the waiters."""
         with self._cond:
-            mine = batch.ptr[which]
-            self._ready[mine[mine < self.capacity]] = SLOT_READY
+            mine = rows[rows < self.capacity]
+            self._state[mine] = (self._state[mine] & PREFETCHED) | ready
             self._cond.notify_all()
 
     def _wait_for_others(self, batch: "_Batch") -> None:
@@ -158,24 +175,27 @@ class DramCacheTier(CacheTier):
         there; a row whose read failed is read again here."""
         while batch.waits.size:
             with self._cond:
-                state = self._ready[batch.ptr[batch.waits]]
+                state = self._state[batch.ptr[batch.waits]] & READY_BITS
                 while (state == SLOT_PENDING).all():
                     self._cond.wait(_WAIT_S)
-                    state = self._ready[batch.ptr[batch.waits]]
+                    state = self._state[batch.ptr[batch.waits]] & READY_BITS
                 failed = batch.waits[state == SLOT_FAILED]
-                self._ready[batch.ptr[failed]] = SLOT_PENDING  # claimed: this batch reads them
+                rows = batch.ptr[failed]
+                self._state[rows] &= PREFETCHED  # claimed (SLOT_PENDING): this batch reads them
                 batch.waits = batch.waits[state == SLOT_PENDING]
             self._read(batch, failed)
 
     def _end(self, batch: "_Batch") -> None:
         with self._cond:
-            pin_placed(self.directory._state, batch.ptr, self.capacity, -1)
+            self._flying.discard(batch.epoch)
+            if batch.shared.size:
+                pin_batch(self.directory._state, batch.shared, -1)
             self._scratch.give(batch.start, batch.unique.shape[0])
             self._inflight -= 1
             self._cond.notify_all()
 
     def _serve(self, layout: TableLayout, unique: np.ndarray) -> "_Batch":
-        """Make every row of ``unique`` present for this batch (its rows pinned until
+        """Make every row of ``unique`` present for this batch (its slots held until
         :meth:`_end`); returns the batch."""
         with self._cond:
             batch = self._begin(layout, unique)
@@ -194,11 +214,11 @@ class DramCacheTier(CacheTier):
     def pool_bags(self, layout: TableLayout, indices, offsets, weights, mean: bool, out) -> int:
         """Pool bags of validated ``indices``/``offsets`` into ``out`` ``(B, dim) float32``
         straight from the cache's slots; returns the number of distinct rows that hit."""
-        unique, inverse = unique_inverse(indices)
+        unique, inverse, rank = unique_ranked(indices)
         batch = self._serve(layout, unique)
         try:
-            pool(self._view(layout, batch.slots), batch.ptr[inverse], offsets, weights, mean,
-                 layout.spec.fmt, out)
+            pool(self._view(layout, batch.slots), compose(batch.ptr, rank, inverse), offsets,
+                 weights, mean, layout.spec.fmt, out)
         finally:
             self._end(batch)
         return int(unique.shape[0] - np.count_nonzero(batch.is_miss))
@@ -237,7 +257,8 @@ class DramCacheTier(CacheTier):
             self._read(batch, np.flatnonzero(batch.is_miss & (batch.ptr < self.capacity)), source)
         finally:
             with self._cond:
-                self._slot_flag[batch.ptr[batch.ptr < self.capacity]] = 0  # pinned for good, not a prefetch
+                placed = batch.ptr[batch.ptr < self.capacity]
+                self._state[placed] &= READY_BITS  # pinned for good, not a prefetch
                 self._scratch.give(batch.start, batch.unique.shape[0])
                 self._inflight -= 1
                 self._cond.notify_all()
@@ -278,7 +299,7 @@ class DramCacheTier(CacheTier):
         (pinned afresh) from the tier below, which serves the new ones."""
         with self._lock:
             freed = self.directory.remove((np.int64(layout.table_id) << TABLE_SHIFT) | ids)
-            self._slot_flag[freed[freed >= 0]] = 0
+            self._state[freed[freed >= 0]] &= READY_BITS
             pinned = self._pinned.get(layout.table_id)
         if pinned is not None:
             again = np.intersect1d(pinned, ids, assume_unique=True)
@@ -293,7 +314,7 @@ class DramCacheTier(CacheTier):
             keys = self.directory.slot_keys()
             mine = keys[(keys >= 0) & ((keys >> TABLE_SHIFT) == layout.table_id)]
             freed = self.directory.remove(mine)
-            self._slot_flag[freed[freed >= 0]] = 0
+            self._state[freed[freed >= 0]] &= READY_BITS
             self._pinned.pop(layout.table_id, None)
 
     def stats(self):
@@ -327,14 +348,15 @@ class DramCacheTier(CacheTier):
 
 class _Batch:
     """One batch in flight: its ids, the row of ``slots`` serving each (the cache slots among
-    them pinned by it), which it reads itself, its scratch rows, and the hits it waits on
-    other batches for."""
+    them held for it), which it reads itself, its scratch rows, the hits it waits on other
+    batches for, its epoch and the slots it pinned because another batch in flight had them."""
 
-    __slots__ = ("layout", "unique", "ptr", "is_miss", "start", "waits", "slots")
+    __slots__ = ("layout", "unique", "ptr", "is_miss", "start", "waits", "slots", "epoch", "shared")
 
-    def __init__(self, layout, unique, ptr, is_miss, start, waits, slots):
+    def __init__(self, layout, unique, ptr, is_miss, start, waits, slots, epoch, shared):
         self.layout, self.unique, self.ptr, self.is_miss = layout, unique, ptr, is_miss
-        self.start, self.waits, self.slots = start, waits, slots
+        self.start, self.waits, self.slots, self.epoch = start, waits, slots, epoch
+        self.shared = shared
 
 
 class _Ranges:
