@@ -79,3 +79,22 @@ def test_search_finds_the_qps_at_the_sla():
     held = [p for p in r.points if p.latency_us["p99"] <= 5000]
     broke = [p for p in r.points if p.latency_us["p99"] > 5000]
     assert held and broke and max(p.offered_qps for p in held) < min(p.offered_qps for p in broke) * 1.01
+
+
+@pytest.mark.parametrize("sla_us", [1500, 100])  # 100 us: below any request's latency
+def test_the_search_counts_no_point_too_small_for_a_p99(sla_us):
+    """Every rate misses the SLA: the search halves the rate, each probe long enough for 20
+    requests, and a point of a few requests (whose "achieved QPS" is one over its own span)
+    never becomes the QPS at the SLA, which is never above what was offered."""
+    import sdm.load.run as run
+    from sdm.store.config import with_options
+
+    config = with_options("sdm-nand", cache_bytes=512)
+    r = load_test(TINY, config, rates=[4000], search=True, sla_us=sla_us, duration_s=0.05,
+                  io_mode="modeled")
+    probes = r.points[1:]
+    assert probes and all(p.requests >= run._MIN_SLA_REQUESTS for p in probes)
+    held = [p for p in probes if p.latency_us["p99"] <= sla_us]
+    assert bool(held) == (sla_us > 1000)
+    assert r.qps_at_sla == (max(min(p.achieved_qps, p.offered_qps) for p in held) if held else None)
+    assert r.qps_at_sla is None or r.qps_at_sla <= max(p.offered_qps for p in held)

@@ -23,7 +23,7 @@ def load_markdown(r) -> str:
     rows = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for p in sorted(r.points, key=lambda p: p.offered_qps):
         lat = p.latency_us
-        cells = [f"{p.offered_qps:,.0f}", f"{p.achieved_qps:,.0f}", _us(lat["p50"]), _us(lat["p95"]),
+        cells = [f"{p.offered_qps:,.4g}", f"{p.achieved_qps:,.4g}", _us(lat["p50"]), _us(lat["p95"]),
                  _us(lat["p99"]), _us(lat["p999"]), f"{p.requests:,}",
                  "-" if p.dram_hit_rate is None else f"{p.dram_hit_rate:.3f}",
                  "-" if p.cpu_utilization is None else f"{p.cpu_utilization:.2f}"]

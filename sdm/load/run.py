@@ -51,6 +51,9 @@ __all__ = ["load_test", "LoadResult", "LoadPoint", "cpu_model"]
 _WARM_REQUESTS = 4096
 _MAX_REQUESTS_PER_RATE = 2_000_000
 _SEARCH_STEPS = 5  # bisection steps after the rate that breaks the SLA is found
+# Requests a point needs before its p99 can speak for the SLA; a search probe runs long enough
+# at low rates to have them (one request's latency over its own span is no throughput).
+_MIN_SLA_REQUESTS = 20
 # Worker threads waking from device waits queue for the GIL behind a thread running Python;
 # at CPython's default 5 ms switch interval every wake-up can cost that much (a convoy), so
 # thread workers run with a shorter one (restored afterwards).
@@ -389,18 +392,22 @@ def _hit_rate(before: dict, after: dict) -> float | None:
 
 
 def _search(runner, points, rates, sla_us, duration_s, show) -> float | None:
-    """The highest achieved rate whose p99 is within the SLA: double until it breaks, then
-    bisect between the last rate that held and the first that did not."""
-    within = [p for p in points if p.latency_us["p99"] <= sla_us]
+    """The highest rate whose p99 is within the SLA, achieved and offered (the lower of the
+    two), over points of at least ``_MIN_SLA_REQUESTS`` requests: double until it breaks,
+    then bisect between the last rate that held and the first that did not."""
+    def holds(p):
+        return p.latency_us["p99"] <= sla_us and p.requests >= _MIN_SLA_REQUESTS
+
+    within = [p for p in points if holds(p)]
     lo = max((p.offered_qps for p in within), default=0.0)
     hi = min((p.offered_qps for p in points if p.latency_us["p99"] > sla_us), default=math.inf)
     bar = tqdm(desc="sdm load: search", unit="rate", disable=not show)
 
     def probe(rate: float) -> bool:
-        point = runner.run(rate, duration_s)
+        point = runner.run(rate, max(duration_s, runner.warmup_ns / 1e9 + _MIN_SLA_REQUESTS / rate))
         points.append(point)
         bar.update()
-        held = point.latency_us["p99"] <= sla_us
+        held = holds(point)
         if held:
             within.append(point)
         return held
@@ -411,9 +418,11 @@ def _search(runner, points, rates, sla_us, duration_s, show) -> float | None:
         lo, hi = (rate, hi) if probe(rate) else (lo, rate)
     for _ in range(_SEARCH_STEPS if hi < math.inf else 0):
         rate = (lo + hi) / 2 if lo > 0 else hi / 2
+        if lo == 0 and _MIN_SLA_REQUESTS / rate > 10 * duration_s:
+            break  # no rate held, and the next would take ten rates' time: none is found
         lo, hi = (rate, hi) if probe(rate) else (lo, rate)
     bar.close()
-    return max((p.achieved_qps for p in within), default=None)
+    return max((min(p.achieved_qps, p.offered_qps) for p in within), default=None)
 
 
 def _processes(runner, arrivals: np.ndarray):
