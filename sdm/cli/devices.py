@@ -104,9 +104,9 @@ def render_table(devices) -> str:
     lines += ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
     lines.append("")
     lines.append("* = unverified: a parameter, not a published figure.")
-    lines.append("Model: units = max IOPS x lat reads in service at once, first come first served across "
-                 "requests; a lone batch at queue depth q: max(lat, q / max IOPS) per read; reads are "
-                 "whole blocks.")
+    lines.append("Model: units = max IOPS x lat reads in service at once, shared by every request (a batch "
+                 "takes the units earlier ones left free, first come first served once all are busy); a "
+                 "lone batch at queue depth q: max(lat, q / max IOPS) per read; reads are whole blocks.")
     lines.append("")
     lines.append("Sources:")
     for d in devices:
