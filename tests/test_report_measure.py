@@ -254,3 +254,20 @@ def test_a_generated_workload_is_cached_by_its_parameters(tmp_path):
     data = json.loads((tmp_path / "o" / "report.json").read_text())
     assert all(c["qps_source"] == "host-model" for c in data["scenarios"][0]["configs"])
     assert "generated zipf (seed 3" in data["scenarios"][0]["workload"]
+
+
+def test_cache_keys_are_the_same_in_every_process(tmp_path):
+    """A key must not follow the per-process hash seed (a device's frozenset of unverified
+    fields printed in another order made every second run compute again)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import json, sys; from sdm.report import load_scenario, Measurer, ResultCache; "
+            "from sdm.report.fleet import layout; s = load_scenario(sys.argv[1]); m = Measurer(ResultCache(sys.argv[2])); "
+            "c = s.configs[1]; print(m.cache.key('host-run', m._inputs(s, c, layout(s, c)[1])))")
+    scen = write_scenario(tmp_path)
+    keys = {subprocess.run([sys.executable, "-c", code, str(scen), str(tmp_path / "c")], check=True, text=True,
+                           capture_output=True, env={**os.environ, "PYTHONHASHSEED": seed}, cwd=ROOT).stdout
+            for seed in ("1", "2", "3")}
+    assert len(keys) == 1, keys

@@ -37,6 +37,13 @@ def default_cache_dir() -> Path:
 _FILE_DIGESTS: dict = {}
 
 
+def _canonical(x):
+    """A JSON stand-in for what json cannot write, independent of the process."""
+    if isinstance(x, (set, frozenset)):
+        return sorted(str(v) for v in x)
+    return str(x)
+
+
 def file_digest(path) -> str:
     """SHA-256 (hex) of a file's bytes, remembered per (path, size, mtime) in this process."""
     path = os.fspath(path)
@@ -70,9 +77,10 @@ class ResultCache:
         self.misses = 0
 
     def key(self, kind: str, inputs: dict) -> str:
-        """The digest of ``inputs`` (JSON-ready) for results of ``kind``, code included."""
+        """The digest of ``inputs`` (JSON-ready) for results of ``kind``, code included; the
+        same in every process (sets are sorted: their order follows the per-process hash seed)."""
         text = json.dumps({"kind": kind, "code": code_digest(), "inputs": inputs}, sort_keys=True,
-                          separators=(",", ":"), default=str)
+                          separators=(",", ":"), default=_canonical)
         return hashlib.sha256(text.encode()).hexdigest()
 
     def path(self, kind: str, key: str, ext: str = "json") -> Path:
