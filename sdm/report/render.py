@@ -23,6 +23,10 @@ PLOT_FILES = {"power": "power_by_config.png", "size": "savings_vs_model_size.png
               "mrc": "miss_ratio_curve.png"}
 
 
+_NO_REPLAYS = ("No replay results given: per-host QPS and hit rates come from the host model on each "
+               "scenario's workload (QPS source host-model), or from a QPS typed in the scenario (override).")
+
+
 def _pct(x) -> str:
     return "n/a" if x is None else f"{100 * x:+.1f}%"
 
@@ -130,7 +134,7 @@ def markdown(report: dict) -> str:
               _num(r["qps_at_sla"], "/s"), _num(r["sla_us"], "us"), _num(r["dram_fraction"])]
              for r in report["replays"]]), ""]
     else:
-        out += ["Per-host QPS and hit rates come from the scenario files (no replay results given).", ""]
+        out += [_NO_REPLAYS, ""]
     plots = report.get("plots") or {}
     if plots:
         out += ["## Plots", ""] + [f"![{k}]({v})" for k, v in plots.items()] + [""]
@@ -183,7 +187,7 @@ def html_page(report: dict, images: dict[str, bytes]) -> str:
               _num(r["qps_at_sla"], "/s"), _num(r["sla_us"], "us"), _num(r["dram_fraction"])]
              for r in report["replays"]])]
     else:
-        parts.append("<p>Per-host QPS and hit rates come from the scenario files (no replay results given).</p>")
+        parts.append(f"<p>{html.escape(_NO_REPLAYS)}</p>")
     if images:
         parts.append("<h2>Plots</h2>")
         for key, png in images.items():
