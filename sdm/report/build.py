@@ -281,6 +281,8 @@ def write_report(scenarios=None, replays=(), out_dir="report", *, plots: bool = 
     scenarios = list(scenarios)
     if not scenarios:
         raise ConfigError("give at least one scenario")
+    # every input is read and checked before anything is written
+    scenarios = [item if isinstance(item, Scenario) else load_scenario(item) for item in scenarios]
     results = load_results(replays)
     out_dir = os.fspath(out_dir)
     try:  # before the host-model runs, which can take minutes
