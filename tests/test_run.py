@@ -131,7 +131,8 @@ def test_make_run_tells_one_story_the_power_table_uses_the_replay_tables_qps(cap
         if len(cells) == 9 and cells[0] in ("dram", "sdm-nand", "sdm-3dxp"):
             replay[cells[0]] = (cells[6], cells[3])            # QPS at SLA, hit rate
     assert set(replay) == {"dram", "sdm-nand", "sdm-3dxp"}, out
-    power = [[c.strip() for c in line.strip().strip("|").split("|")] for line in out.splitlines()
+    tail = out[out.index("Power and cost"):]                 # the power table, after the replay table
+    power = [[c.strip() for c in line.strip().strip("|").split("|")] for line in tail.splitlines()
              if line.startswith("| ") and line.count("|") == 10 and not line.startswith("| scenario")]
     assert len(power) == 12, out                              # 4 shipped scenarios x 3 configs
     for scenario, config, qps, source, hit, *_ in power:
