@@ -1,4 +1,7 @@
+import atexit
 import os
+import shutil
+import tempfile
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -11,6 +14,11 @@ settings.register_profile("ci", max_examples=40, deadline=None,
 settings.register_profile("dev", max_examples=100, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+# The report's result cache (sdm.report.cache) of a test run: its own, never the user's.
+_CACHE = tempfile.mkdtemp(prefix="sdm-test-cache-")
+os.environ["SDM_CACHE_DIR"] = _CACHE
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -32,7 +32,9 @@ FIX = Path("/work/shared/fixtures/dlrm_input")
 DLRM_TRACE = FIX / "trace.log"
 DLRM_DIST = FIX / "dist_emb_0.log"
 
-SCENARIO = (ROOT / "scenarios" / "small-model.toml").read_text()
+# A scenario with typed QPS and hit rates (as shipped before they named a workload), so that
+# every bad-input case fails on its own field and no case runs the host model.
+SCENARIO = (ROOT / "tests" / "data" / "typed-scenarios" / "small-model.toml").read_text()
 CRITEO_LINE = "\t".join(["1"] + ["2"] * 13 + ["0000abcd"] * 26) + "\n"
 
 

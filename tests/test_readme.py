@@ -1,5 +1,5 @@
 """The README's examples run as written: every ```python block, and every `sdm` line of its
-```sh blocks, from a fresh working directory that holds the bundled traces (as the
+```sh blocks, from a fresh working directory that holds the bundled traces and scenarios (as the
 repository root does)."""
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ def commands() -> list[str]:
 @pytest.fixture
 def workdir(tmp_path, monkeypatch):
     (tmp_path / "traces").symlink_to(ROOT / "traces", target_is_directory=True)
+    (tmp_path / "scenarios").symlink_to(ROOT / "scenarios", target_is_directory=True)
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

@@ -103,27 +103,37 @@ def test_sensitivity_brackets_nominal_and_lists_every_input():
     s = scenario_from_dict(copy.deepcopy(HAND) | {"sensitivity": {"percent": 10.0}})
     sens = sensitivity(s)
     assert sens.percent == pytest.approx(10.0)
-    assert {r.input for r in sens.rows} == {"dram_w_per_gb", "device_watts", "base_watts", "miss_ratio",
-                                             "qps_per_host"}
+    assert {r.input for r in sens.rows} == {"cache_size", "device_latency", "device_iops", "cpu_speed",
+                                             "dram_w_per_gb", "device_watts", "base_watts"}
     for name, (lo, hi) in sens.corners.items():
         assert lo <= sens.nominal[name] <= hi
+    # The fleet inputs: every one moves the nand fleet's savings, and the largest is named.
+    assert all(r.low != r.high for r in sens.rows if r.config == "nand" and r.input in
+               ("dram_w_per_gb", "device_watts", "base_watts"))
+    spreads = {r.input: abs(r.high - r.low) for r in sens.rows if r.config == "nand"}
+    assert sens.largest["nand"]["input"] == max(spreads, key=spreads.get)
     # DRAM W/GB +10%: the DRAM-only fleet's 3 x 384 GB against the nand fleet's 3 x 192 GB.
     row = next(r for r in sens.rows if r.config == "nand" and r.input == "dram_w_per_gb")
     assert row.high == pytest.approx(1 - 3 * (300 + 192 * .55 + 10) / (3 * (300 + 384 * .55)))
 
 
-def test_miss_ratio_moves_qps_through_the_scm_share():
+def test_typed_qps_do_not_move_with_the_host_model_inputs():
+    """No formula beside the host model: with every QPS typed (overrides), the host-model inputs
+    (cache size, SCM latency and IOPS, CPU speed) leave the per-host QPS and hit rate alone; the
+    cache size still sets the DRAM a fleet holds only for measured configurations."""
     data = copy.deepcopy(HAND)
     data["configs"][1]["hit_rate"] = 0.8
     s = scenario_from_dict(data)
-    # ratio 0.5: the SCM part is 1/0.5 - 1 = 1 baseline request time at miss ratio 0.2;
-    # miss ratio 0.24 -> 1 + 1.2 = 2.2 -> 2000 / 2.2 QPS.
-    v = vary(s, {"miss_ratio": 1.2})
-    c = next(c for c in v.configs if c.name == "nand")
-    assert c.qps_per_host == pytest.approx(2000 / 2.2)
-    assert c.hit_rate == pytest.approx(0.76)
-    # The 3DXP config (ratio 1, no hit rate) does not move.
-    assert next(c for c in v.configs if c.name == "xp").qps_per_host == pytest.approx(2000)
+    sens = sensitivity(s)
+    for r in sens.rows:
+        if r.input in ("cache_size", "device_latency", "device_iops", "cpu_speed"):
+            assert r.low == r.high == sens.nominal[r.config], r
+            assert r.qps_low == r.qps_high
+    assert vary(s, {"cache_size": 0.5}).configs == s.configs  # typed: the cache is the file's
+    # The fleet reads the hit rate it reports (the one the QPS was measured at).
+    r = evaluate(s).config("nand")
+    assert (r.hit_rate, r.qps_source, r.bound) == (0.8, "override", "qps")
+    assert evaluate(s).config("dram").bound == "capacity"
 
 
 # -- properties ------------------------------------------------------------------------------

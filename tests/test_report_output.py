@@ -15,6 +15,13 @@ from sdm.report import (apply_results, build_report, load_results, load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "traces" / "tiny-zipf.npz")  # 2 tables x 1000 rows
+# The scenarios as shipped before they named a workload: every per-host QPS and hit rate typed
+# in (overrides), so these tests of the fleet and of replay results run no host model.
+TYPED = ROOT / "tests" / "data" / "typed-scenarios"
+
+
+def typed_scenarios() -> list[str]:
+    return sorted(str(p) for p in TYPED.glob("*.toml"))
 
 
 def _replay(config, hits, misses, qps, *, device="nand-p4500", trace=TINY, capacity=400, cached=100):
@@ -36,8 +43,8 @@ REPLAYS = [_replay("dram", 900, 100, 20.0), _replay("sdm-nand", 800, 200, 10.0),
 
 
 def in_mode(name, mode, tmp_path):
-    """A shipped scenario with ``traffic.replay_qps`` set to ``mode``."""
-    text = (ROOT / "scenarios" / f"{name}.toml").read_text()
+    """A typed scenario with ``traffic.replay_qps`` set to ``mode``."""
+    text = (TYPED / f"{name}.toml").read_text()
     p = tmp_path / f"{name}-{mode}.toml"
     p.write_text(re.sub(r'replay_qps = "\w+"', f'replay_qps = "{mode}"', text))
     return p
@@ -60,7 +67,7 @@ def test_replays_set_hit_rate_ratio_and_dram_share(tmp_path):
 
 
 def test_scenario_mode_takes_hit_rates_but_keeps_the_scenarios_qps():
-    s = load_scenario(ROOT / "scenarios" / "qps-bound.toml")
+    s = load_scenario(TYPED / "qps-bound.toml")
     assert s.traffic.replay_qps == "scenario"
     s2 = apply_results(s, load_results(REPLAYS))
     for before, after in zip(s.configs, s2.configs):
@@ -144,10 +151,10 @@ def test_write_report_files_html_and_json(tmp_path):
 
 
 def test_report_without_replays_says_so_and_states_paper_positions():
-    report = build_report(shipped_scenarios())
+    report = build_report(typed_scenarios())
     assert report["replays"] == []
     by_name = {sc["name"]: sc for sc in report["scenarios"]}
-    # The shipped scenarios, from their own figures: capacity-bound lands above the paper's
+    # The typed scenarios, from their own figures: capacity-bound lands above the paper's
     # range (SCM removes hosts), qps-bound within (SCM trims DRAM per host), the small model
     # below (its tables fit the DRAM a host has anyway).
     pos = {(n, p["config"]): p["position"] for n, sc in by_name.items() for p in sc["paper"]}
@@ -158,7 +165,7 @@ def test_report_without_replays_says_so_and_states_paper_positions():
 
 
 def test_cli_report(tmp_path, capsys):
-    scen = str(ROOT / "scenarios" / "capacity-bound.toml")
+    scen = str(TYPED / "capacity-bound.toml")
     replay = tmp_path / "sdm-nand.json"
     replay.write_text(json.dumps(REPLAYS[1][1]))
     code = main(["report", "--scenario", scen, "--replay", str(replay), "-o", str(tmp_path / "o"), "--no-plots"])
@@ -192,5 +199,5 @@ def test_real_replays_in_process_and_as_files(tmp_path):
         s = apply_results(load_scenario(in_mode("mixed", "ratio", tmp_path)), [d, n])
         nand = next(c for c in s.configs if c.name == "sdm-nand")
         assert nand.qps_ratio == pytest.approx(min(1.0, n.qps_at_sla / d.qps_at_sla))
-    report = write_report(ROOT / "scenarios" / "mixed.toml", results, tmp_path / "out", plots=False)
+    report = write_report(TYPED / "mixed.toml", results, tmp_path / "out", plots=False)
     assert len(report["replays"]) == 2 and (tmp_path / "out" / "report.json").exists()

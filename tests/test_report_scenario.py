@@ -59,16 +59,38 @@ def test_good_scenario_loads_with_sources(tmp_path):
     assert all(i["source"] for i in s.inputs())
 
 
-def test_shipped_scenarios_load_and_cover_both_regimes():
-    from sdm.report import evaluate
+def test_shipped_scenarios_name_their_workload_and_type_no_qps():
+    from sdm.host import HOST_PRESETS
+    from sdm.model import PRESETS
 
     paths = shipped_scenarios()
+    assert len(paths) >= 2
+    for p in paths:
+        s = load_scenario(p)
+        w = s.workload
+        assert w is not None, p
+        assert (w.trace is not None) != (w.profile is not None)   # a trace file or a generator ...
+        if w.profile is not None:
+            assert dict(w.scale) and isinstance(w.seed, int)      # ... with its seed and scale
+        assert w.model in PRESETS and w.host in HOST_PRESETS and s.traffic.sla_p99_us > 0
+        # every per-host QPS and hit rate is the host model's: nothing typed
+        assert not any(c.has_override for c in s.configs), p
+        assert all(c.hit_rate is None for c in s.configs if not c.is_baseline), p
+        assert all(s.source(f"workload.{k}") != "scenario file (no source given)" for k in ("profile", "model", "host"))
+
+
+def test_typed_scenarios_load_and_cover_both_regimes():
+    from pathlib import Path
+
+    from sdm.report import evaluate
+
+    paths = sorted(Path(__file__).resolve().parent.joinpath("data", "typed-scenarios").glob("*.toml"))
     assert len(paths) >= 2
     regimes = set()
     for p in paths:
         r = evaluate(load_scenario(p))
         regimes.add(r.baseline.regime)
-        assert all(c.feasible for c in r.configs)
+        assert all(c.feasible and c.qps_source == "override" for c in r.configs)
     assert regimes == {"qps-bound", "capacity-bound"}
 
 
@@ -127,12 +149,11 @@ def test_missing_and_binary_files(tmp_path):
         load_scenario(p)
 
 
-def test_baseline_without_qps_is_named_when_evaluated(tmp_path):
-    from sdm.report import evaluate
-
-    s = load_scenario(_write(tmp_path, GOOD.replace("qps_per_host = 500.0\n", "")))
-    with pytest.raises(ConfigError, match=r"configs\.dram\.qps_per_host is missing"):
-        evaluate(s)
+def test_baseline_without_qps_is_named_when_loaded(tmp_path):
+    # Without a [workload] nothing measures it, so the file is refused as it is read.
+    with pytest.raises(ConfigError, match=r"configs\.dram\.qps_per_host is missing \(required without a "
+                                          r"\[workload\]"):
+        load_scenario(_write(tmp_path, GOOD.replace("qps_per_host = 500.0\n", "")))
 
 
 @pytest.mark.parametrize("change,message", BAD[:3] + BAD[10:12] + BAD[15:16], ids=lambda x: str(x)[:30])

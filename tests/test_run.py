@@ -117,3 +117,31 @@ def test_cli_run_says_no_when_one_digest_differs(capsys, monkeypatch):
                  "--no-report", "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
     assert data["identical"] is False and len(set(data["pooled_sha256"])) == 2
+
+
+def test_make_run_tells_one_story_the_power_table_uses_the_replay_tables_qps(capsys, tmp_path):
+    """Issue 18: the per-host QPS at the SLA in ``sdm run``'s replay table is the number its power
+    table (and report.json) uses, with the hit rate it was measured at, for every scenario."""
+    report = tmp_path / "report"
+    assert main(["run", "--trace", TINY, "--dim", "8", "--report", str(report)]) == 0
+    out = capsys.readouterr().out
+    replay = {}
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 9 and cells[0] in ("dram", "sdm-nand", "sdm-3dxp"):
+            replay[cells[0]] = (cells[6], cells[3])            # QPS at SLA, hit rate
+    assert set(replay) == {"dram", "sdm-nand", "sdm-3dxp"}, out
+    tail = out[out.index("Power and cost"):]                 # the power table, after the replay table
+    power = [[c.strip() for c in line.strip().strip("|").split("|")] for line in tail.splitlines()
+             if line.startswith("| ") and line.count("|") == 10 and not line.startswith("| scenario")]
+    assert len(power) == 12, out                              # 4 shipped scenarios x 3 configs
+    for scenario, config, qps, source, hit, *_ in power:
+        assert (qps, hit) == replay[config], (scenario, config)
+        assert source == "host-model"
+    data = json.loads((report / "report.json").read_text())
+    runs = {r["config"]: r for r in data["replays"]}
+    for sc in data["scenarios"]:
+        for c in sc["configs"]:
+            assert c["qps_per_host"] == runs[c["name"]]["qps_at_sla"] and c["qps_source"] == "host-model"
+            assert c["hit_rate"] == runs[c["name"]]["hit_rate"]
+    assert data["host_model"]["computed_runs"] == 0  # the replays' own host-model figures, not re-run

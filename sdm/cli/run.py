@@ -45,6 +45,7 @@ def _run(args) -> int:
                     max_batches=args.batches, progress=True, each=on_host)
     digests = [r.extra["checksum"] for r in runs]  # SHA-256 of each run's pooled bytes
     same = len(set(digests)) == 1
+    # the runs' own figures for every configuration they match: the host model is not run again
     report = None if args.no_report else write_report(None, runs, args.report)
     if args.json:
         out = {"runs": [r.to_json() for r in runs], "identical": same, "pooled_sha256": digests}
@@ -70,17 +71,28 @@ def _run(args) -> int:
         print("pooled results identical across presets: NO (SHA-256 of the pooled bytes: "
               + ", ".join(f"{r.config} {d[:16]}..." for r, d in zip(runs, digests)) + ")")
     if report is not None:
-        print(f"\nPower and cost (a model estimate from these replays and the shipped scenarios; "
-              f"every input and its source in {os.path.join(args.report, 'report.md')}):\n")
+        print(f"\nPower and cost (a model estimate: the shipped scenarios' fleets with each configuration's "
+              f"per-host QPS and hit rate from the table above, host {r0.host}; every input and its source in "
+              f"{os.path.join(args.report, 'report.md')}; `sdm report` runs each scenario's own workload "
+              f"and host instead):\n")
         print(savings_table(report))
     return 0 if same else 1
 
 
 def savings_table(report: dict) -> str:
-    """Hosts, watts and power savings versus DRAM-only per scenario and configuration."""
-    lines = ["| scenario | config | hosts | power kW | savings vs dram |", "|---|---|---|---|---|"]
+    """Per scenario and configuration: the per-host QPS and hit rate the fleet used (for
+    ``sdm run``, the replay table's), what bounds the host count, hosts, watts and power
+    savings versus DRAM-only (n/a where a fleet cannot serve)."""
+    from sdm.replay.render import _qps
+
+    lines = ["| scenario | config | QPS/host | QPS source | hit rate | bound by | hosts | power kW | savings vs dram |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for sc in report["scenarios"]:
         for c in sc["configs"]:
-            lines.append(f"| {sc['name']} | {c['name']} | {c['hosts']:,} | {c['power_watts'] / 1e3:,.1f} | "
-                         f"{c['savings_vs_dram']:+.1%} |")
+            hosts = "n/a" if c["hosts"] is None else f"{c['hosts']:,}"
+            power = "n/a" if c["power_watts"] is None else f"{c['power_watts'] / 1e3:,.1f}"
+            saving = "n/a" if c["savings_vs_dram"] is None else f"{c['savings_vs_dram']:+.1%}"
+            hit = "-" if c["hit_rate"] is None else f"{c['hit_rate']:.3f}"
+            lines.append(f"| {sc['name']} | {c['name']} | {_qps(c['qps_per_host'])} | {c['qps_source']} | {hit} "
+                         f"| {c['bound']} | {hosts} | {power} | {saving} |")
     return "\n".join(lines)

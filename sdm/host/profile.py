@@ -43,7 +43,7 @@ from sdm.tiers.metered import DeviceQueue
 from sdm.tiers.rowfile import HEADER_BYTES
 from sdm.trace.format import Trace, load
 
-__all__ = ["RequestProfile", "Device", "UnsupportedHierarchy", "build_profile", "hit_rate_settles_after", "CONVERGED_WITHIN"]
+__all__ = ["RequestProfile", "Device", "device_of", "UnsupportedHierarchy", "build_profile", "hit_rate_settles_after", "CONVERGED_WITHIN"]
 
 #: The hit rate has settled when the last half of the requests after a point is within this
 #: of all of them.
@@ -186,7 +186,9 @@ def _dram_device(tier, host: HostSpec):
                                max_read_iops=host.dram_bandwidth_gbps * 1e9 / dev.access_bytes)
 
 
-def _device(spec, group: str, index: int | None = None) -> Device:
+def device_of(spec, group: str, index: int | None = None) -> Device:
+    """The :class:`Device` a profile holds for ``spec`` serving ``group`` (``index``: its place
+    among the tier's devices, None for a tier of one)."""
     q = DeviceQueue(spec)
     name = spec.name if index is None else f"{spec.name}#{index}"
     return Device(name, group, q.latency_ns, q.spacing_ns)
@@ -210,7 +212,7 @@ def _host_config(config: HierarchyConfig, host: HostSpec, table_bytes: int) -> H
 def _batches(stream: KeyStream, mask, config: HierarchyConfig, host: HostSpec, row_bytes: int):
     """The batch arrays of :class:`RequestProfile` and the devices they index."""
     cache, scm, dram_tier = _shape(config)
-    devices = [_device(_dram_device(dram_tier, host), "dram")]
+    devices = [device_of(_dram_device(dram_tier, host), "dram")]
     nseg = stream.segments.shape[0] - 1
     count = host.scm[0].count if host.scm else 1
     if scm is not None:
@@ -221,7 +223,7 @@ def _batches(stream: KeyStream, mask, config: HierarchyConfig, host: HostSpec, r
                                   f"so the model needs its calibration (sdm devices calibrate DIR -o "
                                   f"disk.toml, then --disk disk.toml)")
             spec = host.direct_device
-        devices += [_device(spec, scm.kind, i if count > 1 else None) for i in range(count)]
+        devices += [device_of(spec, scm.kind, i if count > 1 else None) for i in range(count)]
         blocks = np.empty((nseg, count), dtype=np.int64)
         segment_blocks(stream.keys, mask, stream.segments, np.int64(row_bytes), np.int64(HEADER_BYTES),
                        np.int64(spec.access_bytes), blocks)
@@ -281,19 +283,28 @@ def _measure_cpu(tr, store_path, config, request_size, model, seed, fit_model=Fa
         live = after["hits"] - before["hits"] if after.get("kind") == "cache" else None
         bottom = top = 0.0
         if model is not None:
+            from sdm.host.blas import one_blas_thread
+
             net = make_model(model, st, seed, fit=fit_model)
-            try:
-                rng = np.random.default_rng([seed, 17])
-                samples = 0
-                for r in reqs[:_MODEL_SAMPLES]:
-                    dense = rng.random((r.samples, net.num_dense), dtype=np.float32)
-                    _, times = net.forward_profiled(dense, list(zip(r.indices, r.offsets)), embeddings=st,
-                                                    overlap=False)
-                    bottom += times.bottom_s
-                    top += times.interaction_s + times.top_s
-                    samples += r.samples
-            finally:
-                net.close()
+            # The simulation runs a request's MLP task on one core: time it on one BLAS thread.
+            with one_blas_thread():
+                try:
+                    rng = np.random.default_rng([seed, 17])
+                    # One untimed pass first: the first call of a kernel in a process loads (or, after
+                    # an edit to sdm, compiles) it, which is no part of a request's cost.
+                    r = reqs[0]
+                    net.forward_profiled(rng.random((r.samples, net.num_dense), dtype=np.float32),
+                                         list(zip(r.indices, r.offsets)), embeddings=st, overlap=False)
+                    samples = 0
+                    for r in reqs[:_MODEL_SAMPLES]:
+                        dense = rng.random((r.samples, net.num_dense), dtype=np.float32)
+                        _, times = net.forward_profiled(dense, list(zip(r.indices, r.offsets)), embeddings=st,
+                                                        overlap=False)
+                        bottom += times.bottom_s
+                        top += times.interaction_s + times.top_s
+                        samples += r.samples
+                finally:
+                    net.close()
             bottom, top = bottom * 1e9 / max(samples, 1), top * 1e9 / max(samples, 1)
     return emb, live, bottom, top
 

@@ -11,13 +11,16 @@ import sdm.report.sensitivity as _sensitivity_module
 from sdm.report import fleet as _fleet
 from sdm.report.fleet import (PAPER_SAVINGS_RANGE, ConfigResult, ScenarioResult, evaluate,
                               paper_position, with_model_scale)
+from sdm.report.cache import ResultCache
+from sdm.report.measure import HostRun, Measurer
 from sdm.report.measured import Measured, apply_results, load_results
 from sdm.report.scenario import Scenario, load_scenario, scenario_from_dict
-from sdm.report.sensitivity import INPUTS, sensitivity
+from sdm.report.sensitivity import HOST_INPUTS, INPUTS, sensitivity
 
 __all__ = ["write_report", "build_report", "load_scenario", "scenario_from_dict", "evaluate",
            "sensitivity", "load_results", "apply_results", "Scenario", "ScenarioResult",
-           "ConfigResult", "Measured", "SCENARIO_DIR", "shipped_scenarios", "PAPER_SAVINGS_RANGE"]
+           "ConfigResult", "Measured", "SCENARIO_DIR", "shipped_scenarios", "PAPER_SAVINGS_RANGE",
+           "ResultCache", "Measurer", "HostRun", "explain"]
 
 #: The repository's shipped scenarios (``scenarios/*.toml``).
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
@@ -107,48 +110,90 @@ def _json_safe(x):
     return x
 
 
-def build_report(scenarios, results=()) -> dict:
+def _runs_per_scenario(s: Scenario) -> int:
+    """Host-model runs :func:`build_report` asks for ``s`` (the progress bar's total)."""
+    if s.workload is None:
+        return 0
+    measured = sum(1 for c in s.configs if not c.has_override)
+    scm = sum(1 for c in s.configs if not c.is_baseline)
+    # the nominal run, the sensitivity's nominal and its two ends per input, two corners per SCM config
+    return measured * (2 + 2 * len(INPUTS) + 2 * scm)
+
+
+def explain(sr: ScenarioResult, sens, runs: dict) -> list[dict]:
+    """Per SCM configuration: what bounds its host count and the DRAM-only one's, and which
+    input moves its savings most (of all, and of those the host model measures)."""
+    base = sr.baseline
+    out = []
+    for r in sr.configs:
+        if r.device is None:
+            continue
+        rows = [x for x in sens.rows if x.config == r.name and x.input in HOST_INPUTS
+                and x.low is not None and x.high is not None]
+        top = max(rows, key=lambda x: abs(x.high - x.low), default=None)
+        texts = []
+        for c in (base, r):
+            run = runs.get(c.name)
+            if c.bound == "capacity":
+                why = (f"capacity: {c.hosts_per_replica} host(s) per replica hold the rows, more than the "
+                       f"{c.hosts_for_qps} the traffic needs at {c.qps_per_host:,.4g} requests/s per host")
+            elif c.bound == "sla":
+                why = ("the SLA: " + (run.reason if run is not None else "no request rate meets it"))
+            else:
+                why = (f"QPS: {c.hosts_for_qps} host(s) at {c.qps_per_host:,.4g} requests/s each serve the "
+                       f"target; the host is limited by {c.bottleneck or 'its typed QPS (override)'}")
+            texts.append(f"{c.name}: {why}")
+        largest = sens.largest.get(r.name, {})
+        out.append({"config": r.name, "bound": r.bound, "baseline_bound": base.bound, "bound_text": texts,
+                    "largest_input": largest.get("input"), "largest_label": largest.get("label"),
+                    "largest_spread": largest.get("spread"),
+                    "largest_measured_input": None if top is None else top.input,
+                    "largest_measured_label": None if top is None else top.label,
+                    "largest_measured_spread": None if top is None else abs(top.high - top.low)})
+    return out
+
+
+def build_report(scenarios, results=(), *, measurer: Measurer | None = None, cache: ResultCache | None = None,
+                 progress: bool | None = None) -> dict:
     """The report as a JSON-ready dict: ``scenarios`` (each with ``name``, ``configs`` —
     ``name``, ``hosts``, ``power_watts`` (W), ``cost_usd`` (capital + operating),
-    ``savings_vs_dram`` (power, a fraction) and the rest of
+    ``savings_vs_dram`` (power, a fraction), ``qps_per_host``, ``qps_source``
+    (``host-model`` / ``override``), ``hit_rate``, ``bound`` and the rest of
     :class:`~sdm.report.fleet.ConfigResult` —, ``inputs`` with sources, ``sensitivity``,
-    ``paper`` positions, ``model_size_curve``), ``replays`` and texts.
+    ``explain``, ``host_runs`` (curves), ``miss_ratio_curves``, ``paper`` positions,
+    ``model_size_curve``), ``replays`` and texts.
 
     Args:
         scenarios: :class:`Scenario` objects or paths of scenario TOML files.
         results: :class:`Measured` objects (:func:`load_results`) applied to every scenario.
+        measurer: runs the host model (default: one over ``cache``, closed at the end).
+        cache: the result cache (default :class:`ResultCache` in its default directory).
+        progress: a progress bar over the host-model runs (None: on a terminal only).
     """
+    from sdm.progress import progress_bar
+
     results = list(results)
+    loaded = [item if isinstance(item, Scenario) else load_scenario(item) for item in scenarios]
+    own = measurer is None
+    total = sum(_runs_per_scenario(s) for s in loaded)
+    bar = progress_bar(total=total, desc="sdm report: host-model runs", unit="run",
+                       show=False if total == 0 else progress)
+    if own:
+        measurer = Measurer(cache if cache is not None else ResultCache(), progress=bar)
+    elif measurer.progress is None:
+        measurer.progress = bar
     out = []
-    for item in scenarios:
-        s = item if isinstance(item, Scenario) else load_scenario(item)
-        s = apply_results(s, results)
-        sr = evaluate(s)
-        base = sr.baseline
-        sens = sensitivity(s)
-        curve = {"scale": list(_SIZE_FACTORS), "table_gb": [s.model.table_gb * f for f in _SIZE_FACTORS],
-                 "savings": {c.name: [] for c in s.configs if not c.is_baseline}}
-        for f in _SIZE_FACTORS:
-            for r in evaluate(with_model_scale(s, f)).configs:
-                if r.name in curve["savings"]:
-                    curve["savings"][r.name].append(r.savings_vs_dram)
-        no_hit = [c.name for c in s.configs if not c.is_baseline and c.hit_rate is None]
-        sens_note = (f"Low/high: the savings with the input at x(1 - {sens.percent:g}%) / x(1 + {sens.percent:g}%). "
-                     "REFERENCES.md gives DRAM at 0.05-0.4 W/GB, a wider span than this; the corners row "
-                     "moves every input at once.")
-        if no_hit:
-            sens_note += f" No hit rate for {', '.join(no_hit)}: the miss-ratio row cannot move them."
-        out.append({
-            "name": s.name, "description": s.description, "path": s.path,
-            "model_gb": s.model.table_gb, "target_qps": s.traffic.target_qps,
-            "configs": [c.to_json() for c in sr.configs],
-            "paper": [{"config": r.name, "savings": r.savings_vs_dram, "position": paper_position(r.savings_vs_dram),
-                       "why": _why(base, r, s)} for r in sr.configs if r.device is not None],
-            "sensitivity": sens.to_json(), "sensitivity_note": sens_note,
-            "model_size_curve": curve, "inputs": s.inputs(), "notes": list(s.notes),
-            "summary": _summary_line(sr),
-        })
+    try:
+        for s in loaded:
+            out.append(_scenario_report(apply_results(s, results), measurer))
+    finally:
+        bar.close()
+        if own:
+            measurer.close()
     lo, hi = PAPER_SAVINGS_RANGE
+    stats = {"computed_runs": measurer.computed, "computed_seconds": measurer.seconds,
+             "cache_hits": measurer.cache.hits, "cache_dir": str(measurer.cache.root) if measurer.cache.enabled
+             else None}
     summary = (f"Power savings of DRAM + SCM fleets against DRAM-only, set beside the SDM paper's "
                f"{lo:.0%}-{hi:.0%} (Ardestani et al., arXiv 2110.11489). "
                + "; ".join(sc["summary"] for sc in out) + ".")
@@ -161,11 +206,51 @@ def build_report(scenarios, results=()) -> dict:
         "replays": [{"source": m.source, "config": m.config, "device": m.device, "hit_rate": m.hit_rate,
                      "qps_at_sla": m.qps_at_sla, "sla_us": m.sla_us, "dram_fraction": m.dram_fraction}
                     for m in results],
-        "scenarios": out, "model_text": _MODEL_TEXT,
+        "scenarios": out, "model_text": _MODEL_TEXT, "host_model": stats,
     })
 
 
-def write_report(scenarios=None, replays=(), out_dir="report", *, plots: bool = True) -> dict:
+def _scenario_report(s: Scenario, measurer: Measurer) -> dict:
+    resolved, runs = measurer.resolve(s, curve=True)
+    sr = evaluate(resolved)
+    base = sr.baseline
+    sens = sensitivity(s, lambda sc, f: measurer.resolve(sc, f)[0])
+    curve = {"scale": list(_SIZE_FACTORS), "table_gb": [s.model.table_gb * f for f in _SIZE_FACTORS],
+             "savings": {c.name: [] for c in s.configs if not c.is_baseline}}
+    for f in _SIZE_FACTORS:  # per-host QPS held at the nominal model's (see the note)
+        for r in evaluate(with_model_scale(resolved, f)).configs:
+            if r.name in curve["savings"]:
+                curve["savings"][r.name].append(r.savings_vs_dram)
+    sens_note = (f"Low/high: the savings with the input at x(1 - {sens.percent:g}%) / x(1 + {sens.percent:g}%); "
+                 "the host-model inputs re-run sdm.host and the fleet takes the QPS and hit rate it gives. "
+                 "REFERENCES.md gives DRAM at 0.05-0.4 W/GB, a wider span than this; the corners row "
+                 "sets every input at its unfavourable, then its favourable end at once.")
+    typed = [c.name for c in resolved.configs if c.qps_source == "override" or c.measured_by is not None]
+    if typed:
+        sens_note += f" Not re-run (typed or replayed figures): {', '.join(typed)}."
+    mrcs = {}
+    if s.workload is not None:
+        for c in resolved.configs:
+            if not c.is_baseline and c.name in runs:
+                mrcs[c.name] = {**measurer.miss_ratio_curve(resolved, c), "hit_rate": runs[c.name].hit_rate}
+    return {
+        "name": s.name, "description": s.description, "path": s.path,
+        "model_gb": s.model.table_gb, "target_qps": s.traffic.target_qps, "sla_us": s.traffic.sla_p99_us,
+        "workload": None if s.workload is None else s.workload.describe(),
+        "configs": [c.to_json() for c in sr.configs],
+        "paper": [{"config": r.name, "savings": r.savings_vs_dram, "position": paper_position(r.savings_vs_dram),
+                   "why": _why(base, r, resolved)} for r in sr.configs if r.device is not None],
+        "explain": explain(sr, sens, runs),
+        "host_runs": {name: run.to_json() for name, run in runs.items()},
+        "miss_ratio_curves": mrcs,
+        "sensitivity": sens.to_json(), "sensitivity_note": sens_note,
+        "model_size_curve": curve, "inputs": resolved.inputs(), "notes": list(resolved.notes),
+        "summary": _summary_line(sr),
+    }
+
+
+def write_report(scenarios=None, replays=(), out_dir="report", *, plots: bool = True,
+                 cache: ResultCache | None = None, progress: bool | None = None) -> dict:
     """Compute the report and write ``report.md``, ``report.html``, ``report.json`` and the
     PNG plots into ``out_dir`` (created when missing).
 
@@ -176,6 +261,7 @@ def write_report(scenarios=None, replays=(), out_dir="report", *, plots: bool = 
             pairs, or ``ReplayResult`` / ``SweepResult`` objects; applied to every scenario.
         out_dir: the output directory.
         plots: draw the PNGs.
+        cache, progress: as :func:`build_report`.
 
     Returns:
         The report dict (as ``report.json``), with ``files``: the paths written.
@@ -195,12 +281,15 @@ def write_report(scenarios=None, replays=(), out_dir="report", *, plots: bool = 
     scenarios = list(scenarios)
     if not scenarios:
         raise ConfigError("give at least one scenario")
-    report = build_report(scenarios, load_results(replays))
+    # every input is read and checked before anything is written
+    scenarios = [item if isinstance(item, Scenario) else load_scenario(item) for item in scenarios]
+    results = load_results(replays)
     out_dir = os.fspath(out_dir)
-    try:
+    try:  # before the host-model runs, which can take minutes
         os.makedirs(out_dir, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"cannot create output directory {out_dir!r}: {exc.strerror}") from None
+    report = build_report(scenarios, results, cache=cache, progress=progress)
     images = {}
     if plots:
         report["plots"] = render.plot_all(report, out_dir)

@@ -26,9 +26,16 @@ a fleet target of ``Q`` requests per second:
   baseline ``1 - power / baseline_power`` (the SDM paper's metric: power), and the same for
   total cost.
 
-QPS per host: the baseline's ``qps_per_host``; an SCM configuration's own ``qps_per_host``
-or the baseline's times ``qps_ratio`` (default 1: the SCM path meets the SLA at the same
-rate). Every result is a model estimate, not a measurement.
+QPS per host and hit rate: the host model's (:mod:`sdm.report.measure` runs it for the host
+the fleet bills for: the scenario's cache share and the SCM devices per host computed here),
+which :mod:`sdm.report.build` puts in each configuration before evaluating, so the hit rate a
+configuration reports is the one its per-host QPS was simulated at. A hand-typed
+``qps_per_host`` (or ``qps_ratio`` times the baseline's) is an override, marked
+``qps_source = "override"``. What bounds the host count (``bound``): ``capacity`` when holding
+the rows costs hosts the traffic alone would not need, else ``qps`` when a resource of the
+host (cores, DRAM bandwidth, an SCM tier) limits its rate, or ``sla`` when the latency floor
+does (the host's p99 at zero load sits so near the SLA, or above it, that the SLA and not a
+resource sets the rate). Every result is a model estimate, not a measurement of a fleet.
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ from dataclasses import dataclass
 from sdm.errors import ConfigError
 from sdm.report.scenario import ConfigSpec, Scenario
 
-__all__ = ["ConfigResult", "ScenarioResult", "evaluate", "qps_per_host", "HOURS_PER_YEAR",
+__all__ = ["ConfigResult", "ScenarioResult", "evaluate", "qps_per_host", "layout", "HOURS_PER_YEAR", "BOUNDS",
            "with_model_scale", "PAPER_SAVINGS_RANGE", "paper_position"]
 
 HOURS_PER_YEAR = 8760.0  # 365 days x 24 h
@@ -48,6 +55,9 @@ HOURS_PER_YEAR = 8760.0  # 365 days x 24 h
 #: 2110.11489, abstract; REFERENCES.md seed paper 1): 5% to 29%.
 PAPER_SAVINGS_RANGE = (0.05, 0.29)
 _EPS = 1e-9  # absorbs float noise in ceil(4000 / 2000.0000000001)
+#: What can bound a fleet's host count (``ConfigResult.bound``).
+BOUNDS = ("capacity", "qps", "sla")
+_LATENCY_FLOOR = "latency floor"  # sdm.host.simulate.LATENCY_FLOOR (the fleet imports no host model)
 
 
 def _ceil(x: float) -> int:
@@ -64,6 +74,10 @@ class ConfigResult:
     device: str | None
     regime: str                    # "qps-bound" | "capacity-bound" | "infeasible"
     qps_per_host: float
+    qps_source: str                # "host-model" | "override"
+    hit_rate: float | None         # the DRAM cache's, the one the per-host QPS was measured at
+    bound: str                     # "capacity" | "qps" | "sla": what sets the host count
+    bottleneck: str | None         # the host model's limiting resource (None: an override)
     dram_gb_needed: float          # per replica: rows that must stay in DRAM
     scm_gb_needed: float           # per replica: rows on SCM
     hosts_per_replica: int | None = None
@@ -111,16 +125,45 @@ class ScenarioResult:
 
 
 def qps_per_host(scenario: Scenario, config: ConfigSpec) -> float:
-    """Requests per second one host of ``config`` serves within the SLA."""
+    """Requests per second one host of ``config`` serves within the SLA: its ``qps_per_host``
+    (the host model's, or typed), else the baseline's times ``qps_ratio`` (an override)."""
     base = scenario.baseline
-    if base.qps_per_host is None:
-        raise ConfigError(f"scenario {scenario.name!r}: configs.{base.name}.qps_per_host is missing "
-                          f"(required for the DRAM-only baseline unless a replay in absolute mode gives it)")
-    if config.is_baseline:
-        return base.qps_per_host
     if config.qps_per_host is not None:
         return config.qps_per_host
+    if base.qps_per_host is None:
+        raise ConfigError(f"scenario {scenario.name!r}: configs.{base.name}.qps_per_host is missing: "
+                          f"the DRAM-only baseline has no per-host QPS (give the scenario a [workload] "
+                          f"for the host model, or type one as an override)")
+    if config.is_baseline:
+        return base.qps_per_host
+    if config.qps_ratio is None and scenario.workload is not None:
+        raise ConfigError(f"scenario {scenario.name!r}: configs.{config.name} has no per-host QPS: the host "
+                          f"model was not run for it (type qps_per_host / qps_ratio to override it)")
+    # Without a workload every figure is typed; a missing ratio is 1 (the SCM host is assumed
+    # to meet the SLA at the DRAM host's rate), as scenarios have always read.
     return base.qps_per_host * (1.0 if config.qps_ratio is None else config.qps_ratio)
+
+
+def layout(s: Scenario, c: ConfigSpec) -> tuple[int, int, str | None]:
+    """``(hosts_per_replica, scm_devices_per_host, infeasible reason or None)`` of ``c``: what
+    holding the rows takes, before any traffic (the host the host model is run for)."""
+    host, model_gb = s.host, s.model.table_gb
+    dram_gb = model_gb * c.dram_fraction
+    scm_gb = 0.0 if c.is_baseline else model_gb
+    n = max(1, _ceil(dram_gb / host.table_dram_gb))
+    if c.is_baseline:
+        return n, 0, None
+    dev = s.device(c.device)
+    if host.ssd_slots == 0:
+        return n, 0, f"host {host.name!r} has no SSD slots for {c.device}"
+    n = max(n, _ceil(scm_gb / (host.ssd_slots * dev.capacity_gb)))
+    return n, _ceil(scm_gb / n / dev.capacity_gb), None
+
+
+def _bound(regime: str, bottleneck: str | None) -> str:
+    if regime == "capacity-bound":
+        return "capacity"
+    return "sla" if bottleneck == _LATENCY_FLOOR or regime == "infeasible" else "qps"
 
 
 def _config(s: Scenario, c: ConfigSpec) -> ConfigResult:
@@ -128,19 +171,18 @@ def _config(s: Scenario, c: ConfigSpec) -> ConfigResult:
     q = qps_per_host(s, c)
     dram_gb = model_gb * c.dram_fraction
     scm_gb = 0.0 if c.is_baseline else model_gb
-    partial = dict(name=c.name, device=c.device, qps_per_host=q, dram_gb_needed=dram_gb, scm_gb_needed=scm_gb)
+    partial = dict(name=c.name, device=c.device, qps_per_host=q, qps_source=c.qps_source,
+                   hit_rate=1.0 if c.is_baseline and c.hit_rate is None else c.hit_rate,
+                   bottleneck=c.bottleneck, dram_gb_needed=dram_gb, scm_gb_needed=scm_gb)
+    n, devices, infeasible = layout(s, c)
     if not q > 0:
-        return ConfigResult(regime="infeasible", infeasible="no request rate meets the SLA (per-host QPS 0)",
-                            **partial)
-    n = max(1, _ceil(dram_gb / host.table_dram_gb))
-    devices, dev = 0, None
-    if not c.is_baseline:
-        dev = s.device(c.device)
-        if host.ssd_slots == 0:
-            return ConfigResult(regime="infeasible", infeasible=f"host {host.name!r} has no SSD slots for "
-                                f"{c.device}", **partial)
-        n = max(n, _ceil(scm_gb / (host.ssd_slots * dev.capacity_gb)))
-        devices = _ceil(scm_gb / n / dev.capacity_gb)
+        why = "no request rate meets the SLA (per-host QPS 0)"
+        if c.bottleneck == _LATENCY_FLOOR:
+            why += ": the p99 at zero load is already above it"
+        return ConfigResult(regime="infeasible", bound="sla", infeasible=why, **partial)
+    if infeasible is not None:
+        return ConfigResult(regime="infeasible", bound="capacity", infeasible=infeasible, **partial)
+    dev = None if c.is_baseline else s.device(c.device)
     for_qps = max(1, _ceil(s.traffic.target_qps / q))
     replicas = max(1, _ceil(s.traffic.target_qps / (n * q)))
     hosts = n * replicas
@@ -153,8 +195,9 @@ def _config(s: Scenario, c: ConfigSpec) -> ConfigResult:
     host_usd = host.base_usd + host_dram_gb * host.dram_usd_per_gb + devices * (dev.usd if dev else 0.0)
     capex = hosts * host_usd
     opex = power / 1e3 * HOURS_PER_YEAR * s.cost.years * s.cost.pue * s.cost.usd_per_kwh
+    regime = "capacity-bound" if hosts > for_qps else "qps-bound"
     return ConfigResult(
-        regime="capacity-bound" if hosts > for_qps else "qps-bound",
+        regime=regime, bound=_bound(regime, c.bottleneck),
         hosts_per_replica=n, hosts_for_qps=for_qps, replicas=replicas, hosts=hosts,
         dimms_per_host=dimms, dram_gb_per_host=host_dram_gb, scm_devices_per_host=devices,
         watts_per_host=per_host, power_watts=power,

@@ -15,6 +15,12 @@ What a result gives a configuration:
   a trace file that can be read: ``min(capacity_rows, cached_rows) / rows`` (a cache that
   never filled behaves as one just large enough for what it held).
 
+For a scenario with a ``[workload]`` (the shipped ones) a matching result instead takes
+the host model's place for that configuration: its ``qps_at_sla`` (the host model's, for the
+result's host) and hit rate are the configuration's, ``qps_source = "host-model"``, and the
+sensitivity does not re-run it (``sdm run`` feeds its own replays this way, so its power
+table uses its replay table's QPS).
+
 A replay applies to the configuration whose ``replay_name`` (default its ``name``) equals
 the replay's ``config``; a sweep applies, through its point with policy ``lru`` (else its
 first policy) at its largest cache, to every configuration whose device it modeled.
@@ -49,6 +55,8 @@ class Measured:
     dram_fraction: float | None
     requests: int | None = None
     lookups: int | None = None
+    host: str | None = None            # the host model's host behind qps_at_sla (None: unknown)
+    bottleneck: str | None = None
 
 
 def _num(x):
@@ -93,9 +101,12 @@ def _from_replay(data: dict, path: str) -> list[Measured]:
     elif len(tiers) == 1:
         fraction = 1.0
     device = tiers[-1].get("device") if len(tiers) > 1 else None
+    host = data.get("host") if isinstance(data.get("host"), str) else None
+    sla = data.get("sla") if isinstance(data.get("sla"), dict) else {}
+    bottleneck = sla.get("bottleneck") if isinstance(sla.get("bottleneck"), str) else None
     return [Measured(f"replay {os.path.basename(path)}", config, device, hit_rate,
                      _num(data.get("qps_at_sla")), _num(data.get("sla_us")), fraction,
-                     data.get("requests"), data.get("lookups"))]
+                     data.get("requests"), data.get("lookups"), host, bottleneck)]
 
 
 def _from_sweep(data: dict, path: str) -> list[Measured]:
@@ -183,6 +194,8 @@ def apply_results(scenario: Scenario, results: list[Measured]) -> Scenario:
         return m
 
     matched = {c.name: match(c) for c in scenario.configs}
+    if scenario.workload is not None:
+        return _apply_measured(scenario, results, matched, used, sources, notes)
     base = scenario.baseline
     base_m = matched[base.name]
     absolute = scenario.traffic.replay_qps == "absolute"
@@ -235,6 +248,42 @@ def apply_results(scenario: Scenario, results: list[Measured]) -> Scenario:
                 changes["qps_per_host"] = None
                 sources[f"{key}.qps_ratio"] = (f"{m.source}: qps_at_sla / {base_m.source}'s "
                                                f"(capped at 1)")
+        configs.append(dataclasses.replace(c, **changes))
+    for m in results:
+        if id(m) not in used:
+            what = f"config {m.config!r}" if m.config is not None else f"device {m.device!r}"
+            notes.append(f"{m.source}: {what} matches no configuration of scenario {scenario.name!r}; unused")
+    return dataclasses.replace(scenario, configs=tuple(configs), sources=tuple(sorted(sources.items())),
+                               notes=tuple(notes))
+
+
+def _apply_measured(scenario, results, matched, used, sources, notes) -> Scenario:
+    """A scenario with a workload: a matching result's QPS at the SLA (the host model's for
+    the result's host) and hit rate replace the host-model run, as measured figures."""
+    sla = scenario.traffic.sla_p99_us
+    configs = []
+    for c in scenario.configs:
+        m = matched[c.name]
+        if m is None or c.has_override:
+            configs.append(c)
+            continue
+        key = f"configs.{c.name}"
+        host = m.host or "an unnamed host"
+        changes = {"hit_rate": m.hit_rate, "qps_per_host": m.qps_at_sla if m.qps_at_sla is not None else 0.0,
+                   "qps_ratio": None, "qps_source": "host-model" if m.host else "override",
+                   "bottleneck": m.bottleneck, "measured_by": m.source}
+        sources[f"{key}.hit_rate"] = f"{m.source}: tiers[0] hits / (hits + misses)"
+        sources[f"{key}.qps_per_host"] = f"{m.source}: qps_at_sla, the host model's for host {host}"
+        if m.dram_fraction is not None and not c.is_baseline:
+            changes["dram_fraction"] = min(1.0, m.dram_fraction)
+            sources[f"{key}.dram_fraction"] = (f"{m.source}: DRAM cache rows / trace rows "
+                                               f"(cache size the hit rate was measured at)")
+        if m.sla_us is not None and abs(m.sla_us - sla) > 1e-6 * sla:
+            notes.append(f"{c.name}: {m.source} was measured at a p99 SLA of {m.sla_us:g} us, "
+                         f"the scenario asks {sla:g} us")
+        notes.append(f"{c.name}: per-host QPS and hit rate from {m.source} (host {host}), in place of the "
+                     f"host model on the scenario's workload ({scenario.workload.describe()}); the "
+                     f"sensitivity's host-model inputs do not move it")
         configs.append(dataclasses.replace(c, **changes))
     for m in results:
         if id(m) not in used:

@@ -19,7 +19,12 @@ ESTIMATE_NOTE = ("Model estimate: every host count, watt and dollar below is com
                  "model of sdm.report.fleet from the inputs listed with their sources; none is a "
                  "measurement of a real fleet.")
 PLOT_FILES = {"power": "power_by_config.png", "size": "savings_vs_model_size.png",
-              "tornado": "sensitivity_tornado.png"}
+              "tornado": "sensitivity_tornado.png", "latency": "latency_load.png",
+              "mrc": "miss_ratio_curve.png"}
+
+
+_NO_REPLAYS = ("No replay results given: per-host QPS and hit rates come from the host model on each "
+               "scenario's workload (QPS source host-model), or from a QPS typed in the scenario (override).")
 
 
 def _pct(x) -> str:
@@ -50,7 +55,8 @@ def _config_rows(sc: dict) -> list[list[str]]:
     rows = []
     for c in sc["configs"]:
         wph = c["watts_per_host"]
-        rows.append([c["name"], c["device"] or "-", c["regime"], _num(c["qps_per_host"], "/s"),
+        rows.append([c["name"], c["device"] or "-", c["regime"], c.get("bound", "-"), _num(c["qps_per_host"], "/s"),
+                     c.get("qps_source", "-"), _num(c.get("hit_rate")),
                      _num(c["hosts_per_replica"]), _num(c["replicas"]), _num(c["hosts"]),
                      _num(c["dram_gb_per_host"], "GB"), _num(c["scm_devices_per_host"]),
                      "n/a" if wph is None else f"{sum(wph.values()):,.0f} W",
@@ -59,19 +65,55 @@ def _config_rows(sc: dict) -> list[list[str]]:
     return rows
 
 
-_CONFIG_HEAD = ["config", "SCM device", "regime", "QPS/host", "hosts/replica", "replicas", "hosts",
+_CONFIG_HEAD = ["config", "SCM device", "regime", "bound by", "QPS/host", "QPS source", "hit rate",
+                "hosts/replica", "replicas", "hosts",
                 "DRAM/host", "SCM devices/host", "W/host", "fleet power", "capex", "opex", "total cost",
                 "power savings", "cost savings"]
 _INPUT_HEAD = ["input", "value", "unit", "source"]
-_SENS_HEAD = ["config", "input", "savings at -p", "savings at +p"]
+_SENS_HEAD = ["config", "input", "savings at -p", "savings at +p", "QPS/host at -p / +p", "hit rate at -p / +p"]
+_HOST_HEAD = ["config", "hierarchy", "host", "cores", "SCM devices", "DRAM cache (share of rows)", "hit rate",
+              "QPS at SLA", "bottleneck", "p99 at zero load", "CPU per request", "result"]
 
 
 def _sens_rows(sc: dict) -> list[list[str]]:
     s = sc["sensitivity"]
-    rows = [[r["config"], r["label"], _pct(r["low"]), _pct(r["high"])] for r in s["rows"]]
+    rows = [[r["config"], r["label"], _pct(r["low"]), _pct(r["high"]),
+             f"{_num(r.get('qps_low'))} / {_num(r.get('qps_high'))}",
+             f"{_num(r.get('hit_low'))} / {_num(r.get('hit_high'))}"] for r in s["rows"]]
     for name, (lo, hi) in s["corners"].items():
-        rows.append([name, f"all inputs together (every +-{s['percent']:g}% corner)", _pct(lo), _pct(hi)])
+        rows.append([name, f"all inputs at once at their unfavourable / favourable end (+-{s['percent']:g}%)",
+                     _pct(lo), _pct(hi), "", ""])
     return rows
+
+
+def _host_rows(sc: dict) -> list[list[str]]:
+    rows = []
+    for name, r in sc.get("host_runs", {}).items():
+        rows.append([name, r["hierarchy"], r["host"], _num(r["cores"]), _num(r["scm_devices"]),
+                     _num(r["cache_fraction"]) if r["cache_fraction"] is not None else "all rows",
+                     _num(r["hit_rate"]), _num(r["qps_at_sla"], "/s"), r["bottleneck"],
+                     _num(r["zero_load_us"], "us"), _num(r.get("cpu_us_per_request"), "us"),
+                     "cached" if r.get("cached") else f"computed in {r['seconds']:.1f} s"])
+    return rows
+
+
+def _explain_lines(sc: dict) -> list[str]:
+    out = []
+    for x in sc.get("explain", []):
+        bound = "; ".join(x["bound_text"])
+        line = f"{x['config']}: host count bound by {x['bound']} (DRAM-only by {x['baseline_bound']}): {bound}."
+        if x.get("largest_measured_input"):
+            line += (f" Of the measured inputs, {x['largest_measured_label']} moves its savings most "
+                     f"({100 * x['largest_measured_spread']:.1f} points between -p and +p)")
+            if x.get("largest_input") and x["largest_input"] != x["largest_measured_input"]:
+                line += (f"; of all inputs, {x['largest_label']} "
+                         f"({100 * x['largest_spread']:.1f} points)")
+            line += "."
+        elif x.get("largest_input"):
+            line += (f" {x['largest_label']} moves its savings most ({100 * x['largest_spread']:.1f} points); "
+                     f"no host-model input moves it (typed or replayed figures).")
+        out.append(line)
+    return out
 
 
 def _md_table(head, rows) -> str:
@@ -92,7 +134,7 @@ def markdown(report: dict) -> str:
               _num(r["qps_at_sla"], "/s"), _num(r["sla_us"], "us"), _num(r["dram_fraction"])]
              for r in report["replays"]]), ""]
     else:
-        out += ["Per-host QPS and hit rates come from the scenario files (no replay results given).", ""]
+        out += [_NO_REPLAYS, ""]
     plots = report.get("plots") or {}
     if plots:
         out += ["## Plots", ""] + [f"![{k}]({v})" for k, v in plots.items()] + [""]
@@ -101,7 +143,13 @@ def markdown(report: dict) -> str:
         out += ["### Where it lands against the paper's 5%-29% power savings", ""]
         out += [f"- **{p['config']}**: {_pct(p['savings'])} — {p['position']} the range. {p['why']}"
                 for p in sc["paper"]] + [""]
+        if sc.get("workload"):
+            out += [f"Workload of the host model: {sc['workload']}; SLA p99 <= {sc['sla_us']:g} us.", ""]
+        out += ["### What bounds it, and what moves it", ""] + [f"- {x}" for x in _explain_lines(sc)] + [""]
         out += ["### Fleet (model estimate)", "", _md_table(_CONFIG_HEAD, _config_rows(sc)), ""]
+        if sc.get("host_runs"):
+            out += ["### Host model (per-host QPS and hit rate of each configuration)", "",
+                    _md_table(_HOST_HEAD, _host_rows(sc)), ""]
         out += [f"### Sensitivity (each input +-{sc['sensitivity']['percent']:g}%)", "",
                 _md_table(_SENS_HEAD, _sens_rows(sc)), "", sc["sensitivity_note"], ""]
         if sc["notes"]:
@@ -139,7 +187,7 @@ def html_page(report: dict, images: dict[str, bytes]) -> str:
               _num(r["qps_at_sla"], "/s"), _num(r["sla_us"], "us"), _num(r["dram_fraction"])]
              for r in report["replays"]])]
     else:
-        parts.append("<p>Per-host QPS and hit rates come from the scenario files (no replay results given).</p>")
+        parts.append(f"<p>{html.escape(_NO_REPLAYS)}</p>")
     if images:
         parts.append("<h2>Plots</h2>")
         for key, png in images.items():
@@ -151,7 +199,16 @@ def html_page(report: dict, images: dict[str, bytes]) -> str:
                   "<h3>Where it lands against the paper's 5%-29% power savings</h3><ul>"]
         parts += [f"<li><strong>{e(p['config'])}</strong>: {e(_pct(p['savings']))} &mdash; {e(p['position'])} "
                   f"the range. {e(p['why'])}</li>" for p in sc["paper"]]
-        parts += ["</ul><h3>Fleet (model estimate)</h3>", _h_table(_CONFIG_HEAD, _config_rows(sc)),
+        parts.append("</ul>")
+        if sc.get("workload"):
+            parts.append(f"<p>Workload of the host model: {e(sc['workload'])}; SLA p99 &le; {sc['sla_us']:g} us.</p>")
+        parts += ["<h3>What bounds it, and what moves it</h3><ul>"] + [
+            f"<li>{e(x)}</li>" for x in _explain_lines(sc)] + ["</ul>"]
+        parts += ["<h3>Fleet (model estimate)</h3>", _h_table(_CONFIG_HEAD, _config_rows(sc))]
+        if sc.get("host_runs"):
+            parts += ["<h3>Host model (per-host QPS and hit rate of each configuration)</h3>",
+                      _h_table(_HOST_HEAD, _host_rows(sc))]
+        parts += [
                   f"<h3>Sensitivity (each input &plusmn;{sc['sensitivity']['percent']:g}%)</h3>",
                   _h_table(_SENS_HEAD, _sens_rows(sc)), f"<p>{e(sc['sensitivity_note'])}</p>"]
         if sc["notes"]:
@@ -178,10 +235,12 @@ def _pyplot():
 
 
 def plot_all(report: dict, outdir: str) -> dict[str, str]:
-    """Draw the three plots into ``outdir``; returns ``{key: file name}``."""
+    """Draw the plots into ``outdir`` (the latency-load and miss-ratio curves only when a
+    scenario ran the host model); returns ``{key: file name}``."""
     plt = _pyplot()
     files = {}
-    for key, draw in (("power", _plot_power), ("size", _plot_size), ("tornado", _plot_tornado)):
+    for key, draw in (("power", _plot_power), ("latency", _plot_latency), ("mrc", _plot_mrc),
+                      ("size", _plot_size), ("tornado", _plot_tornado)):
         fig = draw(plt, report)
         if fig is None:
             continue
@@ -265,5 +324,58 @@ def _plot_tornado(plt, report):
         ax.set_title(f"{sc['name']}: {name} (blue -{s['percent']:g}%, orange +{s['percent']:g}%)", fontsize=8)
         ax.set_xlabel("power savings (%)", fontsize=8)
     fig.suptitle("Sensitivity of the savings (model estimate)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _plot_latency(plt, report):
+    """Per scenario, each host-model configuration's p99 against offered load, the SLA and
+    the QPS at the SLA marked: the curve behind each per-host QPS."""
+    scs = [sc for sc in report["scenarios"] if any(r.get("curve") for r in sc.get("host_runs", {}).values())]
+    if not scs:
+        return None
+    fig, axes = plt.subplots(1, len(scs), figsize=(max(5.0, 3.8 * len(scs)), 4.0), squeeze=False)
+    for ax, sc in zip(axes[0], scs):
+        for i, (name, run) in enumerate(sc["host_runs"].items()):
+            pts = [(p["offered_qps"], p["latency_us"]["p99"] / 1e3) for p in run["curve"]]
+            if not pts:
+                continue
+            color = f"C{i}"
+            ax.plot(*zip(*pts), marker=".", color=color, label=f"{name}: {run['qps_at_sla']:,.4g}/s")
+            if run["qps_at_sla"] > 0:
+                ax.axvline(run["qps_at_sla"], color=color, lw=0.8, ls=":")
+        ax.axhline(sc["sla_us"] / 1e3, color="k", lw=0.8, ls="--", label=f"SLA p99 {sc['sla_us'] / 1e3:g} ms")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.xaxis.set_minor_formatter(plt.NullFormatter())  # minor labels of a short log span overlap
+        ax.set_xlabel("offered load (requests/s per host)", fontsize=8)
+        ax.set_ylabel("p99 latency (ms)", fontsize=8)
+        ax.set_title(sc["name"], fontsize=9)
+        ax.legend(fontsize=6)
+    fig.suptitle("Host model: p99 against offered load per host; dotted: the QPS at the SLA", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _plot_mrc(plt, report):
+    """Per scenario, the workload's warm miss ratio against the DRAM cache's share of the
+    rows, with the scenario's cache share and the host model's miss ratio there marked."""
+    scs = [sc for sc in report["scenarios"] if sc.get("miss_ratio_curves")]
+    if not scs:
+        return None
+    fig, axes = plt.subplots(1, len(scs), figsize=(max(5.0, 3.8 * len(scs)), 4.0), squeeze=False, sharey=True)
+    for ax, sc in zip(axes[0], scs):
+        for i, (name, m) in enumerate(sc["miss_ratio_curves"].items()):
+            ax.plot(m["fractions"], m["miss_ratios"], marker=".", color=f"C{i}", label=f"{name} ({m['policy']})")
+            ax.plot([m["chosen"]], [1.0 - m["hit_rate"]], marker="o", ms=8, mfc="none", color=f"C{i}")
+            ax.axvline(m["chosen"], color=f"C{i}", lw=0.8, ls=":")
+        ax.set_xscale("log")
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("DRAM cache (share of the trace's rows)", fontsize=8)
+        ax.set_title(sc["name"], fontsize=9)
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("warm miss ratio (1 - hit rate)")
+    fig.suptitle("Workload miss-ratio curve; circle: the chosen cache size and the host model's miss ratio",
+                 fontsize=10)
     fig.tight_layout()
     return fig

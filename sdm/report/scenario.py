@@ -49,17 +49,38 @@ its keys to where their numbers come from, printed beside each input in the repo
     [sensitivity]
     percent = 20.0                     # each uncertain input varied by +-percent, default 20
 
+    [workload]                         # what the host model serves (sdm.host); without it every
+                                       # config needs a hand-typed qps (an override)
+    trace = "../traces/default.npz"    # a trace file (relative to the scenario file), or
+    profile = "meta-2021"              # a generator profile of sdm trace gen, with
+    seed = 0                           # its seed and
+    scale = {table_size = 20000, batch_size = 256, batches = 32}   # its size (get_profile's overrides)
+    model = "rm2"                      # the DLRM preset each request runs (its MLPs refit over the
+                                       # trace's tables; optional: embeddings only)
+    host = "2-socket"                  # a host preset of sdm.host or a host .toml
+    request_size = 32                  # samples per request (default: the trace's own requests)
+    dim = 64                           # row width of the store profiled (default: the model's, else 64)
+    arrivals = 20000                   # simulated requests per offered rate (default 20000)
+
     [[configs]]                        # exactly one config without a device: the DRAM baseline
     name = "dram"
-    qps_per_host = 2000.0              # the baseline's per-host QPS at the SLA (required)
+    qps_per_host = 2000.0              # an override of the host model's per-host QPS at the SLA
+                                       # (required without a [workload])
 
     [[configs]]
     name = "sdm-nand"                  # also the replay config name it takes results from
     device = "nand-p4500"              # the SCM device (a preset of sdm.DEVICES)
     dram_fraction = 0.1                # DRAM cache as a share of the model's bytes
-    hit_rate = 0.9                     # share of row reads the DRAM cache serves (optional)
-    qps_ratio = 0.9                    # per-host QPS relative to the baseline's (default 1), or
-    # qps_per_host = 1800.0            # an absolute per-host QPS instead
+    hit_rate = 0.9                     # share of row reads the DRAM cache serves (no [workload]
+                                       # only: with one, the host model measures it)
+    qps_ratio = 0.9                    # override: per-host QPS relative to the baseline's, or
+    # qps_per_host = 1800.0            # override: an absolute per-host QPS
+    hierarchy = "sdm-nand"             # the hierarchy the host model serves (default: the name if it
+                                       # is a preset, else dram / sdm-nand); its SCM device is `device`
+
+With a ``[workload]``, a configuration without ``qps_per_host`` / ``qps_ratio`` takes its
+per-host QPS and hit rate from the host model (``qps_source = "host-model"``); one with them
+keeps the typed figure, marked ``qps_source = "override"`` in the report.
 """
 
 from __future__ import annotations
@@ -75,11 +96,20 @@ from sdm.validate import check_choice, check_int, check_number
 from sdm.formats import MAX_DIM, ROW_FORMATS, row_bytes
 
 __all__ = ["ModelSpec", "TrafficSpec", "HostSpec", "DeviceCost", "ConfigSpec", "CostSpec",
-           "Scenario", "load_scenario", "scenario_from_dict", "REPLAY_QPS_MODES",
+           "WorkloadSpec", "Scenario", "QPS_SOURCES", "DEFAULT_ARRIVALS", "GENERATOR_SCALE_KEYS", "load_scenario", "scenario_from_dict", "REPLAY_QPS_MODES",
            "DEFAULT_SENSITIVITY_PERCENT", "GB"]
 
 GB = 1e9
 REPLAY_QPS_MODES = ("ratio", "absolute", "scenario")
+#: Where a configuration's per-host QPS comes from in the report.
+QPS_SOURCES = ("host-model", "override")
+#: Simulated requests per offered rate of the report's host-model runs: the p99 of 20,000
+#: arrivals rests on 200 requests above it, enough for a bisection to 0.1%; the host model's
+#: own default (100,000) costs five times as long for every run of the sensitivity analysis.
+DEFAULT_ARRIVALS = 20_000
+#: Generator overrides a workload's ``scale`` may give (those of sdm.trace.generate.get_profile).
+GENERATOR_SCALE_KEYS = ("tables", "table_size", "pooling", "alpha", "batch_size", "batches", "requests",
+                        "max_rows", "items_per_request", "dense")
 # Assumption: +-20% spans the DRAM W/GB and device-watt ranges REFERENCES.md gives as
 # parameters (e.g. 0.05-0.4 W/GB is wider; the report says so) without flipping signs.
 DEFAULT_SENSITIVITY_PERCENT = 20.0
@@ -177,10 +207,58 @@ class ConfigSpec:
     qps_ratio: float | None = None
     qps_per_host: float | None = None
     replay_name: str | None = None
+    hierarchy: str | None = None
+    qps_source: str = "override"
+    bottleneck: str | None = None     # the host model's, for its QPS (None: an override)
+    measured_by: str | None = None    # a replay result that gave the QPS and hit rate (not re-run)
 
     @property
     def is_baseline(self) -> bool:
         return self.device is None
+
+    @property
+    def has_override(self) -> bool:
+        """A hand-typed per-host QPS (``qps_per_host`` or ``qps_ratio``) in the file."""
+        return self.measured_by is None and (self.qps_per_host is not None or self.qps_ratio is not None)
+
+    @property
+    def hierarchy_name(self) -> str:
+        """The hierarchy the host model serves: ``hierarchy``, else the name when it is a
+        hierarchy preset, else ``dram`` (baseline) or ``sdm-nand`` (its device replaced)."""
+        if self.hierarchy is not None:
+            return self.hierarchy
+        from sdm.store.config import HIERARCHY_PRESETS
+
+        if self.name in HIERARCHY_PRESETS:
+            return self.name
+        return "dram" if self.is_baseline else "sdm-nand"
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """What the host model serves for a scenario: a trace (``trace``, an absolute path) or a
+    generator profile (``profile`` with ``seed`` and ``scale``, the overrides of
+    :func:`sdm.trace.generate.get_profile` as sorted pairs); ``model``: the DLRM preset each
+    request runs (None: embeddings only); ``host``: a host preset or .toml path of
+    :mod:`sdm.host.spec`; ``request_size``: samples per request (None: the trace's own);
+    ``dim``: row width of the store profiled; ``arrivals``: simulated requests per rate."""
+
+    host: str
+    dim: int
+    trace: str | None = None
+    profile: str | None = None
+    seed: int = 0
+    scale: tuple[tuple[str, object], ...] = ()
+    model: str | None = None
+    request_size: int | None = None
+    arrivals: int = DEFAULT_ARRIVALS
+
+    def describe(self) -> str:
+        what = (f"trace {os.path.basename(self.trace)}" if self.trace else
+                f"generated {self.profile} (seed {self.seed}"
+                + "".join(f", {k} {v}" for k, v in self.scale) + ")")
+        req = "" if self.request_size is None else f", requests of {self.request_size} samples"
+        return f"{what}{req}, model {self.model or 'none (embeddings only)'}, host {self.host}"
 
 
 @dataclass(frozen=True)
@@ -210,6 +288,7 @@ class Scenario:
     sources: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     path: str | None = None
     notes: tuple[str, ...] = ()
+    workload: WorkloadSpec | None = None
 
     @property
     def baseline(self) -> ConfigSpec:
@@ -245,9 +324,21 @@ class Scenario:
         for key, unit in (("usd_per_kwh", "USD/kWh"), ("years", "years"), ("pue", "")):
             rows.append((f"cost.{key}", getattr(c, key), unit, f"cost.{key}"))
         rows.append(("sensitivity.percent", self.sensitivity_percent, "%", "sensitivity.percent"))
+        w = self.workload
+        if w is not None:
+            wrows = [("workload.trace", w.trace, "")] if w.trace else [
+                ("workload.profile", w.profile, ""), ("workload.seed", w.seed, "")] + [
+                (f"workload.scale.{k}", v, "") for k, v in w.scale]
+            wrows += [("workload.model", w.model or "none (embeddings only)", ""),
+                      ("workload.host", w.host, ""), ("workload.request_size", w.request_size or
+                                                      "the trace's own requests", "samples"),
+                      ("workload.dim", w.dim, "columns"), ("workload.arrivals", w.arrivals, "requests per rate")]
+            rows += [(k, v, u, k) for k, v, u in wrows]
         for cf in self.configs:
             k = f"configs.{cf.name}"
             rows.append((f"{k}.device", cf.device or "none (DRAM-only baseline)", "", f"{k}.device"))
+            if self.workload is not None and not cf.has_override:
+                rows.append((f"{k}.hierarchy", cf.hierarchy_name, "", f"{k}.hierarchy"))
             for key, unit in (("dram_fraction", "of model bytes"), ("hit_rate", ""),
                               ("qps_ratio", "x baseline"), ("qps_per_host", "requests/s")):
                 value = getattr(cf, key)
@@ -370,7 +461,7 @@ def scenario_from_dict(data: dict, *, path: str | None = None) -> Scenario:
     sections = {k: v for k, v in data.items() if isinstance(v, (dict, list))}
     name = top.string("name", default="scenario")
     description = top.string("description", default="-")
-    allowed = {"model", "traffic", "host", "devices", "cost", "sensitivity", "configs"}
+    allowed = {"model", "traffic", "host", "devices", "cost", "sensitivity", "configs", "workload"}
     top.finish(sections=allowed)
     where = f"scenario {name!r}"
     unknown = sorted(set(sections) - allowed)
@@ -393,6 +484,10 @@ def scenario_from_dict(data: dict, *, path: str | None = None) -> Scenario:
     else:
         sources["sensitivity.percent"] = "assumption: default +-20%"
     configs = _configs(sections["configs"], f"{where}: configs", sources)
+    workload = None
+    if "workload" in sections:
+        workload = _workload(sections["workload"], f"{where}: workload", sources, path, model)
+    _check_qps(configs, workload, where, sources)
     overrides = sections.get("devices", {})
     if not isinstance(overrides, dict):
         raise ConfigError(f"{where}: devices must be a table of device tables ([devices.NAME])")
@@ -400,7 +495,87 @@ def scenario_from_dict(data: dict, *, path: str | None = None) -> Scenario:
     names = list(dict.fromkeys(used + sorted(overrides)))
     devices = tuple(_device(n, overrides.get(n, {}), f"{where}: devices.{n}", sources) for n in names)
     return Scenario(name, description, model, traffic, host, devices, configs, cost, percent,
-                    tuple(sorted(sources.items())), path, tuple(notes))
+                    tuple(sorted(sources.items())), path, tuple(notes), workload)
+
+
+def _workload(data, where, sources, path, model: ModelSpec) -> WorkloadSpec:
+    """The ``[workload]`` table: a trace or a generator profile, the model, the host."""
+    from sdm.host.spec import HOST_PRESETS, THIS_MACHINE
+    from sdm.model.presets import PRESETS
+
+    r = _Reader(data, where, sources, "workload")
+    given = [k for k in ("trace", "profile") if r.has(k)]
+    if len(given) != 1:
+        raise ConfigError(f"{where}: give exactly one of trace (a trace file) or profile (a generator "
+                          f"profile with seed and scale); got {given or 'none'}")
+    here = os.path.dirname(os.path.abspath(path)) if path else os.getcwd()
+    trace = profile = None
+    seed, scale = 0, ()
+    if given[0] == "trace":
+        trace = os.path.normpath(os.path.join(here, r.string("trace")))
+        if not os.path.isfile(trace):
+            raise ConfigError(f"{where}.trace {data['trace']!r} is not a file (looked at {trace!r}; a "
+                              f"relative path is relative to the scenario file)")
+    else:
+        from sdm.trace.generate import PROFILES, get_profile
+
+        profile = r.string("profile", choices=sorted(PROFILES))
+        seed = r.number("seed", integer=True, minimum=0, default=0, default_source="default: seed 0")
+        r.seen.add("scale")
+        raw = data.get("scale", {})
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{where}.scale must be a table of generator overrides "
+                              f"({', '.join(GENERATOR_SCALE_KEYS)}), got {raw!r}")
+        bad = sorted(set(raw) - set(GENERATOR_SCALE_KEYS))
+        if bad:
+            raise ConfigError(f"{where}.scale: unknown key(s) {bad}; allowed: {list(GENERATOR_SCALE_KEYS)}")
+        scale = tuple(sorted(raw.items()))
+        if "scale" in r.given:
+            sources["workload.scale"] = r.given["scale"]
+        try:  # the generator's own checks, now rather than after the first replays
+            get_profile(profile, **dict(scale))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{where}.scale {dict(scale)!r}: {exc}") from None
+    mname = r.string("model", default="") or None
+    if mname is not None and mname not in PRESETS:
+        raise ConfigError(f"{where}.model {mname!r} is not one of sdm.model.PRESETS {sorted(PRESETS)}")
+    host = r.string("host")
+    if host not in HOST_PRESETS and host != THIS_MACHINE:
+        if not host.endswith(".toml"):
+            raise ConfigError(f"{where}.host {host!r} is neither a host preset "
+                              f"{sorted([THIS_MACHINE, *HOST_PRESETS])} nor a .toml file")
+        host = os.path.normpath(os.path.join(here, host))
+        if not os.path.isfile(host):
+            raise ConfigError(f"{where}.host {data['host']!r} is not a file (looked at {host!r})")
+    request_size = r.number("request_size", integer=True, minimum=1, maximum=1 << 20, required=False)
+    default_dim = PRESETS[mname].dim if mname else (model.dim or 64)
+    dim = r.number("dim", integer=True, minimum=1, maximum=MAX_DIM, default=default_dim,
+                   default_source="default: the model preset's dim" if mname else
+                   "default: the scenario model's dim, else 64")
+    if mname is not None and dim != PRESETS[mname].dim:
+        raise ConfigError(f"{where}.dim {dim} differs from model preset {mname!r}'s dim {PRESETS[mname].dim}; "
+                          f"leave dim out")
+    arrivals = r.number("arrivals", integer=True, minimum=1000, maximum=10_000_000, default=DEFAULT_ARRIVALS,
+                        default_source=f"default: {DEFAULT_ARRIVALS:,} simulated requests per rate")
+    r.finish(sections=("scale",))
+    return WorkloadSpec(host=host, dim=dim, trace=trace, profile=profile, seed=seed, scale=scale, model=mname,
+                        request_size=request_size, arrivals=arrivals)
+
+
+def _check_qps(configs, workload, where, sources) -> None:
+    """Without a workload every configuration's QPS is typed; with one, hit rates are measured."""
+    base = next(c for c in configs if c.is_baseline)
+    if workload is None:
+        if base.qps_per_host is None:
+            raise ConfigError(f"{where}: configs.{base.name}.qps_per_host is missing (required without a "
+                              f"[workload] section: give one so the host model measures it)")
+        return
+    for c in configs:
+        if c.hit_rate is not None and not c.is_baseline and not c.has_override:
+            raise ConfigError(f"{where}: configs.{c.name}.hit_rate is measured by the host model from "
+                              f"[workload]; remove it (or type the QPS too, an override)")
+        if c.has_override:
+            sources.setdefault(f"configs.{c.name}.qps_source", "override: typed in the scenario file")
 
 
 def _model(data, where, sources) -> ModelSpec:
@@ -517,6 +692,13 @@ def _configs(data, where, sources) -> tuple[ConfigSpec, ...]:
         if device is not None and device not in DEVICES:
             raise ConfigError(f"{where}[{i}].device {device!r} is not a preset of sdm.DEVICES {sorted(DEVICES)}")
         replay_name = r.string("replay_name", default=name)
+        hierarchy = r.string("hierarchy", default="") or None
+        if hierarchy is not None:
+            from sdm.store.config import HIERARCHY_PRESETS
+
+            if hierarchy not in HIERARCHY_PRESETS and not hierarchy.endswith(".toml"):
+                raise ConfigError(f"{where}[{i}].hierarchy {hierarchy!r} is neither a hierarchy preset "
+                                  f"{sorted(HIERARCHY_PRESETS)} nor a .toml file")
         hit = r.number("hit_rate", required=False, minimum=0, maximum=1)
         if device is None:
             for key in ("dram_fraction", "qps_ratio"):
@@ -527,7 +709,8 @@ def _configs(data, where, sources) -> tuple[ConfigSpec, ...]:
             r.finish()
             if hit is None:
                 sources[f"configs.{label}.hit_rate"] = "DRAM-only: every row read is served from DRAM"
-            out.append(ConfigSpec(name, None, 1.0, 1.0 if hit is None else hit, None, qph, replay_name))
+            out.append(ConfigSpec(name, None, 1.0, 1.0 if hit is None else hit, None, qph, replay_name,
+                                  hierarchy))
             continue
         frac = r.number("dram_fraction", above=0, maximum=1)
         if "qps_ratio" in c and "qps_per_host" in c:
@@ -535,7 +718,7 @@ def _configs(data, where, sources) -> tuple[ConfigSpec, ...]:
         ratio = r.number("qps_ratio", required=False, above=0)
         qph = r.number("qps_per_host", required=False, above=0)
         r.finish()
-        out.append(ConfigSpec(name, device, frac, hit, ratio, qph, replay_name))
+        out.append(ConfigSpec(name, device, frac, hit, ratio, qph, replay_name, hierarchy))
     baselines = [c.name for c in out if c.is_baseline]
     if len(baselines) != 1:
         raise ConfigError(f"{where}: exactly one config must have no device (the DRAM-only baseline), "
