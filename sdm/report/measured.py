@@ -249,6 +249,12 @@ def apply_results(scenario: Scenario, results: list[Measured]) -> Scenario:
                 sources[f"{key}.qps_ratio"] = (f"{m.source}: qps_at_sla / {base_m.source}'s "
                                                f"(capped at 1)")
         configs.append(dataclasses.replace(c, **changes))
+    return _finished(scenario, configs, results, used, sources, notes)
+
+
+def _finished(scenario, configs, results, used, sources, notes) -> Scenario:
+    """``scenario`` with ``configs``, ``sources`` and ``notes``, noting each result no
+    configuration used."""
     for m in results:
         if id(m) not in used:
             what = f"config {m.config!r}" if m.config is not None else f"device {m.device!r}"
@@ -285,9 +291,4 @@ def _apply_measured(scenario, results, matched, used, sources, notes) -> Scenari
                      f"host model on the scenario's workload ({scenario.workload.describe()}); the "
                      f"sensitivity's host-model inputs do not move it")
         configs.append(dataclasses.replace(c, **changes))
-    for m in results:
-        if id(m) not in used:
-            what = f"config {m.config!r}" if m.config is not None else f"device {m.device!r}"
-            notes.append(f"{m.source}: {what} matches no configuration of scenario {scenario.name!r}; unused")
-    return dataclasses.replace(scenario, configs=tuple(configs), sources=tuple(sorted(sources.items())),
-                               notes=tuple(notes))
+    return _finished(scenario, configs, results, used, sources, notes)
