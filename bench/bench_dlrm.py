@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import glob
 import json
 import os
 import platform
@@ -53,6 +52,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from sdm.host.blas import _openblas  # noqa: E402 (numpy's OpenBLAS thread calls, found once)
 from sdm.model import DLRM, ModelPreset, Profiler  # noqa: E402
 from machine import cpu_line  # noqa: E402 (bench/machine.py)
 
@@ -65,23 +65,6 @@ STAGES = ("bottom_s", "embeddings_s", "interaction_s", "top_s")
 
 
 # -- threads ---------------------------------------------------------------------------------
-
-def _openblas():
-    """numpy's bundled OpenBLAS as a ctypes library with (set, get) thread functions, or None."""
-    libs = glob.glob(os.path.join(os.path.dirname(np.__file__), "..", "numpy.libs", "*openblas*.so*"))
-    for path in libs:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for suffix in ("scipy_openblas_{}_num_threads64_", "scipy_openblas_{}_num_threads",
-                       "openblas_{}_num_threads64_", "openblas_{}_num_threads"):
-            try:
-                return getattr(lib, suffix.format("set")), getattr(lib, suffix.format("get"))
-            except AttributeError:
-                continue
-    return None
-
 
 def blas_thread_control():
     """A function ``set(n)`` for numpy's BLAS threads, or None when it cannot be set here."""
