@@ -316,7 +316,7 @@ def section_phases(path, batches, reps, policy, hit_rate) -> list[str]:
                 setattr(mod, name, timed(getattr(mod, name), phase))
             store._check_requests = timed(store._check_requests, "checks")
             cache.inner.lower.read_rows = timed(cache.inner.lower.read_rows, "read below")
-            cache._charge_rows = timed(cache._charge_rows, "dram charge")
+            cache._charge = timed(cache._charge, "dram charge")
             for _ in range(reps):
                 t = time.perf_counter_ns()
                 for b in batches:

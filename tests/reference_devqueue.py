@@ -6,7 +6,8 @@ Rules: a batch of ``reads`` at queue depth ``q`` has ``lanes = min(q, reads)`` a
 ``width = min(lanes, units)`` units; alone it takes ``span = max(ceil(reads / lanes) x latency,
 reads x latency / units)``. Submitted after others, it takes ``min(width, units left free)`` at
 each instant from its issue until it has had ``reads x latency`` unit-ns, and completes then,
-or at its span if that is later; units left free below 1e-12 of the device count as none.
+or at its span if that is later; units left free below 1e-12 of the device count as none, and
+an earlier batch ending less than 1 ns after the issue holds the batch back from no span.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ class ReferenceDevice:
         short = False
         for start, end in zip(points, points[1:]):
             rate = min(width, self.units - self.used(start))
-            short = short or rate < width
+            # an overlap under 1 ns right at the issue is a completion rounded to integer ns
+            short = short or (rate < width and (start > issue or end - issue > 1.0))
             if rate <= 1e-12 * self.units:
                 continue
             if need <= rate * (end - start):

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import sdm
 from sdm.tiers.manifest import TableLayout, TableSpec
-from sdm.tiers.base import Tier
+from sdm.tiers.base import Bags, Tier
 from sdm.kernels.serve import TABLE_SHIFT
 from sdm.tiers.dram_cache import DramCacheTier
 
@@ -58,17 +58,24 @@ def test_pooled_bags_and_hits_match_arrays_and_simulator(policy, capacity, admis
     cache = DramCacheTier(lower, capacity, widest, policy=policy, admission=admission)
     stream = []
     for _ in range(data.draw(st.integers(1, 6))):
-        t = data.draw(st.integers(0, len(SPECS) - 1))
-        spec, layout = SPECS[t], layouts[t]
-        sizes = data.draw(st.lists(st.integers(0, 8), min_size=1, max_size=6))
-        ids = np.array(data.draw(st.lists(st.integers(0, spec.num_rows - 1), min_size=sum(sizes),
-                                          max_size=sum(sizes))), dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        out = np.empty((len(sizes), spec.dim), dtype=np.float32)
-        cache.pool_bags(layout, ids, offsets, None, False, out)
-        want = np.stack([floats[t][ids[a:b]].sum(axis=0) for a, b in zip(offsets[:-1], offsets[1:])])
-        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
-        stream.append((np.int64(t) << TABLE_SHIFT) | np.unique(ids))
+        # a request of 1-3 tables, in any order: the cache serves them in one probe, table
+        # by table in ascending id order, which is the key stream sdm.simulate replays
+        tables = data.draw(st.lists(st.integers(0, len(SPECS) - 1), min_size=1, max_size=3, unique=True))
+        request, wants = [], []
+        for t in tables:
+            spec, layout = SPECS[t], layouts[t]
+            sizes = data.draw(st.lists(st.integers(0, 8), min_size=1, max_size=6))
+            ids = np.array(data.draw(st.lists(st.integers(0, spec.num_rows - 1), min_size=sum(sizes),
+                                              max_size=sum(sizes))), dtype=np.int64)
+            offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+            out = np.empty((len(sizes), spec.dim), dtype=np.float32)
+            request.append(Bags(layout, ids, offsets, None, False, out))
+            wants.append(np.stack([floats[t][ids[a:b]].sum(axis=0) for a, b in zip(offsets[:-1], offsets[1:])]))
+        cache.pool_bags(request)
+        for b, want in zip(request, wants):
+            np.testing.assert_allclose(b.out, want, rtol=1e-5, atol=1e-4)
+        for t in sorted(tables):
+            stream.append((np.int64(t) << TABLE_SHIFT) | np.unique(request[tables.index(t)].indices))
         cache.check_invariants()
     keys = np.concatenate(stream)
     sim = sdm.simulate(keys, policy=policy, capacity=capacity, admission=admission)
@@ -113,7 +120,7 @@ def test_a_batch_in_flight_keeps_its_slots_and_only_those(policy):
     layouts, raw, _ = make_tables(SPECS[:1])
     layout, width = layouts[0], SPECS[0].row_bytes
     cache = DramCacheTier(ArrayTier(raw), 8, width, policy=policy)
-    first = cache._serve(layout, np.arange(4, dtype=np.int64))  # in flight until _end
+    first = cache._serve([layout], np.arange(4, dtype=np.int64))  # in flight until _end (table 0: keys = ids)
     held = first.ptr.copy()
     keys = cache.directory.slot_keys()[held]
     for start in range(10, 45, 5):  # other batches push misses through the other slots
@@ -125,7 +132,7 @@ def test_a_batch_in_flight_keeps_its_slots_and_only_those(policy):
     assert np.array_equal(cache.directory.slot_keys()[held], keys)  # none evicted
     np.testing.assert_array_equal(first.slots[held, :width], raw[0][:4])  # nor overwritten
     # a batch sharing the held rows pins them for itself while the first is in flight
-    second = cache._serve(layout, np.arange(2, 6, dtype=np.int64))
+    second = cache._serve([layout], np.arange(2, 6, dtype=np.int64))
     cache._end(first)
     assert (cache.directory.pin_counts()[second.ptr[:2]] == 1).all()
     cache._end(second)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import sdm
-from sdm.tiers.base import Tier
+from sdm.tiers.base import Bags, Tier
 from sdm.tiers.dram_cache import DramCacheTier
 from sdm.tiers.manifest import TableLayout, TableSpec
 
@@ -73,7 +73,7 @@ def bags(ids):
 
 def pooled(cache, ids):
     out = np.empty((1, 4), dtype=np.float32)
-    cache.pool_bags(LAYOUT, *bags(ids), None, False, out)
+    cache.pool_bags([Bags(LAYOUT, *bags(ids), None, False, out)])
     return out[0]
 
 

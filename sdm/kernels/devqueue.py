@@ -37,6 +37,8 @@ __all__ = ["make_device_state", "grow_device_state", "reserve", "lone_spans"]
 
 # Capacity below this many units is treated as none: a step saturated up to rounding.
 _NO_UNITS = 1e-12
+# Overlap with an earlier batch shorter than this, right at the issue, holds no batch back.
+_ROUNDING_NS = 1.0
 
 
 def make_device_state(capacity: int = 64):
@@ -70,7 +72,10 @@ def _put(out_t, out_u, n, t, v):
     return n + 1
 
 
-@jit
+# nogil=False: callers hold the device's lock around this short kernel. Releasing the GIL inside
+# it lets another thread take the GIL and block on that lock, and the holder then waits a whole
+# GIL switch interval to get it back (a lock convoy that measured 10% of serving threads' time).
+@jit(nogil=False)
 def reserve(times, used, count, scratch, keep_from_ns, issue_ns, reads, queue_depth, latency_ns, units):
     """Submit a batch of ``reads`` (>= 0) block reads issued at ``issue_ns``, ``queue_depth``
     (>= 1) in flight, on the device whose state is ``(times, used, count, scratch)`` (this
@@ -111,8 +116,11 @@ def reserve(times, used, count, scratch, keep_from_ns, issue_ns, reads, queue_de
     while True:
         end = times[i] - issue_ns if i < m else np.inf
         rate = min(width, units - u)
-        if end > start:
-            held_back = held_back or rate < width
+        if end > start and rate < width:
+            # A step ending within _ROUNDING_NS of the issue is an earlier completion rounded
+            # down onto the caller's integer-ns clock (the store clock advances by whole ns),
+            # not a wait.
+            held_back = held_back or start > 0.0 or end > _ROUNDING_NS
         if rate > _NO_UNITS * units:
             if left <= rate * (end - start):
                 finish = start + left / rate

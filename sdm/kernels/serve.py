@@ -1,6 +1,7 @@
-"""The DRAM cache's batch path: probe a batch of ids, plan where every row will sit.
+"""The DRAM cache's batch path: probe a batch of keys, plan where every row will sit.
 
-One call serves the distinct ids of one table in one batch, in ascending order, through
+One call serves the distinct cache keys of one request, every table's, in ascending order
+(so table by table, each table's ids ascending), through
 the shared policy kernels (:func:`sdm.kernels.policies.access_one`), exactly the key stream
 the simulator replays, so the live cache and ``sdm.simulate`` count the same hits.
 
@@ -71,13 +72,12 @@ PREFETCHED = 4
 # _nrt=False: without it every inlined access_one increfs and decrefs each array of the
 # policy state tuple (19 atomic pairs per key), measured 60x slower than the kernel itself.
 @jit(_nrt=False)
-def probe_batch(ids, key_base, st, adm, slots, scratch_start, state, stamp_base, prefetch, ptr,
+def probe_batch(keys, st, adm, slots, scratch_start, state, stamp_base, prefetch, ptr,
                 is_miss, waits, shared, counters):
-    """Probe ``ids`` and plan their rows.
+    """Probe ``keys`` and plan their rows.
 
     Args:
-        ids: ``(u,)`` int64 distinct row ids of one table, ascending.
-        key_base: ``table_id << 48``; the cache key of id ``i`` is ``key_base | i``.
+        keys: ``(u,)`` int64 distinct cache keys ``table_id << 48 | row id``, ascending.
         st, adm: policy and admission state (:func:`make_cache_state` with ``guarded``,
             :func:`make_admission_state`); the caller has listed the other batches in flight.
         slots: ``(capacity + scratch, slot_bytes)`` uint8 rows.
@@ -113,12 +113,12 @@ def probe_batch(ids, key_base, st, adm, slots, scratch_start, state, stamp_base,
     scratch = scratch_start
     n_waits = 0
     n_shared = 0
-    n = ids.shape[0]
+    n = keys.shape[0]
     for j in range(n):
         if j + _AHEAD_ENTRY < n:
-            prefetch_row(index, 2 * _home(index, key_base | ids[j + _AHEAD_ENTRY]), 16)  # key, value
+            prefetch_row(index, 2 * _home(index, keys[j + _AHEAD_ENTRY]), 16)  # key, value
         if j + _AHEAD_SLOT < n:
-            a = hm_find(index, key_base | ids[j + _AHEAD_SLOT])
+            a = hm_find(index, keys[j + _AHEAD_SLOT])
             if a >= 0:
                 prefetch_row(state, a, 1)
                 prefetch_row(use, a, 1)
@@ -128,13 +128,13 @@ def probe_batch(ids, key_base, st, adm, slots, scratch_start, state, stamp_base,
                 elif bits:
                     prefetch_row(freq, a, 1)
         if lists and j + _AHEAD_LINKS < n:  # an LRU hit also rewrites its list neighbours
-            a = hm_find(index, key_base | ids[j + _AHEAD_LINKS])
+            a = hm_find(index, keys[j + _AHEAD_LINKS])
             if a >= 0:
                 if prev[a] >= 0:
                     prefetch_row(nxt, prev[a], 1)
                 if nxt[a] >= 0:
                     prefetch_row(prev, nxt[a], 1)
-        hit, s, _ = access_one(st, adm, key_base | ids[j], NEVER)
+        hit, s, _ = access_one(st, adm, keys[j], NEVER)
         if hit:
             counters[C_HITS] += 1
             v = state[s]

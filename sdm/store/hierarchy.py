@@ -173,27 +173,31 @@ class Hierarchy:
         the tiers fast to slow."""
         self.serving(layout).read_rows(layout, ids, out)
 
-    def pool(self, layout: TableLayout, indices: np.ndarray, offsets: np.ndarray, weights,
-             mean: bool, out: np.ndarray) -> np.ndarray:
-        """Pool validated bags of ``layout``'s table into ``out`` ``(B, dim) float32``.
+    def pool(self, bags) -> None:
+        """Pool the validated bags of a request's tables (a sequence of
+        :class:`~sdm.tiers.base.Bags`, one per table), each into its ``out``.
 
-        A resident table is pooled in place; under a cache the bags are pooled straight
-        from its slots after one probe of the batch's distinct ids; otherwise the distinct
+        A resident table is pooled in place; the tables under a cache are pooled straight
+        from its slots after one probe of their distinct ids; otherwise a table's distinct
         rows are read once from the serving tier and pooled from that buffer.
         """
-        tier = self.serving(layout)
-        fmt = layout.spec.fmt
-        table = tier.resident(layout)
-        if table is not None:
-            tier.count_hits(len(indices), layout)
-            return pool(typed_rows(table, fmt), indices, offsets, weights, mean, fmt, out)
-        if not tier.holds_all_rows:
-            tier.pool_bags(layout, indices, offsets, weights, mean, out)
-            return out
-        unique, inverse = unique_inverse(indices)
-        rows = np.empty((len(unique), layout.spec.row_bytes), dtype=np.uint8)
-        tier.read_rows(layout, unique, rows)
-        return pool(typed_rows(rows, fmt), inverse, offsets, weights, mean, fmt, out)
+        cached: dict[int, tuple[Tier, list]] = {}
+        for b in bags:
+            layout, fmt = b.layout, b.layout.spec.fmt
+            tier = self.serving(layout)
+            table = tier.resident(layout)
+            if table is not None:
+                tier.count_hits(len(b.indices), layout)
+                pool(typed_rows(table, fmt), b.indices, b.offsets, b.weights, b.mean, fmt, b.out)
+            elif not tier.holds_all_rows:
+                cached.setdefault(id(tier), (tier, []))[1].append(b)
+            else:
+                unique, inverse = unique_inverse(b.indices)
+                rows = np.empty((len(unique), layout.spec.row_bytes), dtype=np.uint8)
+                tier.read_rows(layout, unique, rows)
+                pool(typed_rows(rows, fmt), inverse, b.offsets, b.weights, b.mean, fmt, b.out)
+        for tier, mine in cached.values():
+            tier.pool_bags(mine)
 
     def prefetch(self, layout: TableLayout, ids: np.ndarray) -> bool:
         """Bring rows ``ids`` (sorted, unique int64) into the serving cache ahead of use and

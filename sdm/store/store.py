@@ -37,6 +37,7 @@ from sdm.tiers.manifest import MANIFEST_NAME, Manifest, TableLayout, TableSpec, 
 from sdm.kernels.dedup import unique_inverse
 from sdm.store.pooled import PooledCache
 from sdm.kernels.pooling import check_bags, check_ids, check_mode, check_weights
+from sdm.tiers.base import Bags
 from sdm.tiers.lmdb import RowDB
 
 __all__ = ["Store", "TableSpec", "PrefetchTicket"]
@@ -370,8 +371,8 @@ class Store:
         """
         with self._serving():
             request = self._check_bag(name, indices, offsets, mode, per_sample_weights)
-            self._count(len(request[1]), 1)
-            return self._pool(*request)
+            self._count(len(request.indices), 1)
+            return self._pool([request])[request.layout.name]
 
     def embedding_bags(self, requests: Mapping[str, tuple], *, mode: str = "sum") -> dict[str, np.ndarray]:
         """Pool one batch over several tables: ``{name: (indices, offsets)}`` or
@@ -381,10 +382,10 @@ class Store:
         """
         with self._serving():
             checked = self._check_requests(requests, mode)
-            self._count(sum(len(c[1]) for c in checked), 1)
-            return {c[0].name: self._pool(*c) for c in checked}
+            self._count(sum(len(c.indices) for c in checked), 1)
+            return self._pool(checked)
 
-    def _check_requests(self, requests, mode) -> list[tuple]:
+    def _check_requests(self, requests, mode) -> list[Bags]:
         if not isinstance(requests, Mapping):
             raise InvalidArgumentError(f"requests must be a mapping of table name to (indices, offsets), "
                                        f"got {type(requests).__name__}")
@@ -404,17 +405,27 @@ class Store:
         indices, offsets = check_bags(indices, offsets, layout.spec.num_rows,
                                       what=f"index of table {name!r}")
         weights = check_weights(per_sample_weights, len(indices))
-        return layout, indices, offsets, weights, mean
-
-    def _pool(self, layout, indices, offsets, weights, mean):
         out = np.empty((len(offsets) - 1, layout.spec.dim), dtype=np.float32)
-        if self._pooled is None or weights is not None:  # weighted bags are never cached
-            return self._hierarchy.pool(layout, indices, offsets, weights, mean, out)
+        return Bags(layout, indices, offsets, weights, mean, out)
 
+    def _pool(self, checked: list[Bags]) -> dict[str, np.ndarray]:
+        """Pool every table's validated bags of one request: ``{name: (B, dim) float32}``."""
+        if self._pooled is None:
+            self._hierarchy.pool(checked)
+        else:
+            self._hierarchy.pool([b for b in checked if b.weights is not None])  # never cached
+            for b in checked:
+                if b.weights is None:
+                    self._pool_through_pooled(b)
+        return {b.layout.name: b.out for b in checked}
+
+    def _pool_through_pooled(self, bags: Bags) -> None:
+        """Pool ``bags`` through the pooled-embedding cache: only the bags it misses are pooled
+        from the hierarchy."""
         def pool_misses(sub_indices, sub_offsets, sub_out):
-            self._hierarchy.pool(layout, sub_indices, sub_offsets, None, mean, sub_out)
+            self._hierarchy.pool([Bags(bags.layout, sub_indices, sub_offsets, None, bags.mean, sub_out)])
 
-        return self._pooled.pool(layout.table_id, indices, offsets, mean, pool_misses, out)
+        self._pooled.pool(bags.layout.table_id, bags.indices, bags.offsets, bags.mean, pool_misses, bags.out)
 
     # -- prefetch ----------------------------------------------------------------------
 
@@ -432,7 +443,7 @@ class Store:
         with self._serving():
             checked = self._check_requests(requests, "sum")
             pinned = []
-            for layout, indices, _, _, _ in checked:
+            for layout, indices, *_ in checked:
                 unique = unique_inverse(indices)[0]
                 if len(unique) and self._hierarchy.prefetch(layout, unique):
                     pinned.append((layout, unique))

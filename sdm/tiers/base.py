@@ -11,10 +11,27 @@ declared here, so a hierarchy never asks what type a tier is.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
 from sdm.tiers.manifest import TableLayout
+
+
+class Bags(NamedTuple):
+    """One table's bags of a request, validated, and where to pool them.
+
+    ``indices`` ``(nnz,)`` int32/int64 ids; ``offsets`` ``(B + 1,)`` int64 CSR bag
+    boundaries; ``weights`` ``(nnz,)`` float32 per-sample weights or None; ``mean``: average
+    instead of sum; ``out`` ``(B, dim)`` float32, overwritten.
+    """
+
+    layout: TableLayout
+    indices: np.ndarray
+    offsets: np.ndarray
+    weights: np.ndarray | None
+    mean: bool
+    out: np.ndarray
 
 
 class Tier(ABC):
@@ -56,6 +73,13 @@ class Tier(ABC):
         Raises:
             CorruptStoreError: the backing medium fails its checksum.
         """
+
+    def read_many(self, reads: Sequence[tuple[TableLayout, np.ndarray, np.ndarray]]) -> None:
+        """:meth:`read_rows` of several tables at once: ``reads`` holds ``(layout, ids, out)``
+        per table (a table at most once). A device model charges them as one batch of
+        reads, as a server issues one request's reads together."""
+        for layout, ids, out in reads:
+            self.read_rows(layout, ids, out)
 
     def read_rows_direct(self, layout: TableLayout, ids: np.ndarray, out: np.ndarray, *,
                          queue_depth: int = 1) -> None:
@@ -133,18 +157,15 @@ class CacheTier(Tier):
     lower: Tier
 
     @abstractmethod
-    def pool_bags(self, layout: TableLayout, indices: np.ndarray, offsets: np.ndarray,
-                  weights: np.ndarray | None, mean: bool, out: np.ndarray) -> int:
-        """Pool bags straight from the cache's slots into ``out`` ``(B, dim) float32``.
+    def pool_bags(self, bags: Sequence[Bags]) -> int:
+        """Pool every table's bags of one request straight from the cache's slots, each into
+        its ``out``, in one probe of the request's distinct rows.
 
         Args:
-            indices: ``(nnz,)`` int32/int64 ids, validated by the caller.
-            offsets: ``(B + 1,)`` int64 CSR bag boundaries, validated.
-            weights: ``(nnz,)`` float32 per-sample weights, or None.
-            mean: average instead of sum.
+            bags: one :class:`Bags` per table, validated by the caller, at most one per table.
 
         Returns:
-            The distinct rows of the batch that hit.
+            The distinct rows of the request that hit.
         """
 
     @abstractmethod

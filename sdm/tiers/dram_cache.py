@@ -2,10 +2,11 @@
 
 The directory (which key sits in which slot) is a :class:`sdm.policies.Cache`, the same
 Numba kernels ``sdm.simulate`` runs; the rows sit in a slot buffer this tier owns. A batch
-is served in a fixed number of Numba and numpy calls whatever its size: dedup, probe (every
-hit, miss, admission and eviction decided in one kernel), one read of all misses from the
-tier below (its device model counts the blocks), one scatter into the slots, one pooled
-gather straight from the slots.
+(one request: every table's bags) is served in a fixed number of Numba and numpy calls
+whatever its size: one dedup and one probe of all its tables' rows (every hit, miss,
+admission and eviction decided in one kernel, under the lock once), per table one read of
+its misses from the tier below (its device model counts the blocks) and one scatter into
+the slots, and per table one pooled gather straight from the slots.
 
 Cache keys are ``table_id << 48 | row id``, so one cache (and one policy) spans all tables.
 
@@ -46,9 +47,13 @@ from sdm.tiers.base import CacheTier, Tier
 
 __all__ = ["DramCacheTier"]
 
-_MIN_SCRATCH = 1024
+# Scratch rows, all batches in flight together. Untouched rows of the buffer cost address space,
+# not RAM, so it is sized for many requests at once: a batch that finds too few waits until
+# none is in flight to grow the buffer, which under steady concurrent load rarely happens.
+_MIN_SCRATCH = 1 << 16
 _WAIT_S = 0.05  # waits for other batches' rows re-check this often (a notify is never lost, but be safe)
 _LINE = 64  # slots start on cache lines, so a row costs exactly ceil(row_bytes / 64) lines
+_ROW_MASK = (1 << TABLE_SHIFT) - 1
 
 
 class DramCacheTier(CacheTier):
@@ -97,12 +102,13 @@ class DramCacheTier(CacheTier):
 
     # -- the batch path ----------------------------------------------------------------
 
-    def _begin(self, layout: TableLayout, unique: np.ndarray, *, prefetch: bool = False) -> "_Batch":
-        """Probe distinct ascending ``unique`` under the lock (:func:`probe_batch`): plan every
-        row, stamp the slots the batch uses (a demand batch joins the set in flight until
-        :meth:`_end`; a prefetch pins its slots in the kernel, until :meth:`release`), claim
-        its misses' slots. Caller holds the lock."""
-        u = unique.shape[0]
+    def _begin(self, layouts, keys: np.ndarray, *, prefetch: bool = False) -> "_Batch":
+        """Probe distinct ascending cache ``keys`` of the tables ``layouts`` (ascending table
+        ids, one each) under the lock (:func:`probe_batch`): plan every row, stamp the slots
+        the batch uses (a demand batch joins the set in flight until :meth:`_end`; a prefetch
+        pins its slots in the kernel, until :meth:`release`), claim its misses' slots. Caller
+        holds the lock."""
+        u = keys.shape[0]
         start = self._take_scratch(u)
         self._epoch += 1
         st = self._flying_state()
@@ -111,13 +117,13 @@ class DramCacheTier(CacheTier):
         waits = np.empty(u, dtype=np.int64)
         shared = np.empty(u, dtype=np.int64)
         n_waits, n_shared = probe_batch(
-            unique, np.int64(layout.table_id) << TABLE_SHIFT, st,
+            keys, st,
             self._bypass if prefetch else self.directory._adm, self._slots, start, self._state,
             np.int64(self._epoch << 32), prefetch, ptr, is_miss, waits, shared,
             self._prefetch_counters if prefetch else self._counters)
         if not prefetch:
             self._flying.add(self._epoch)
-        return _Batch(layout, unique, ptr, is_miss, start, waits[:n_waits], self._slots, self._epoch,
+        return _Batch(layouts, keys, ptr, is_miss, start, waits[:n_waits], self._slots, self._epoch,
                       shared[:n_shared])
 
     def _flying_state(self):
@@ -149,15 +155,18 @@ class DramCacheTier(CacheTier):
                 self._cond.wait(_WAIT_S)
 
     def _read(self, batch: "_Batch", which: np.ndarray, source: Tier | None = None) -> None:
-        """Read rows ``batch.unique[which]`` from the tier below into their planned rows, no
+        """Read rows ``batch.keys[which]`` (ascending positions) from the tier below into
+        their planned rows, every table's in one :meth:`~sdm.tiers.base.Tier.read_many`, no
         lock held; on failure their slots are marked failed (the next batch reads them)."""
         if not which.size:
             return
-        layout = batch.layout
         try:
-            fetched = np.empty((which.size, layout.spec.row_bytes), dtype=np.uint8)
-            (source or self.lower).read_rows(layout, batch.unique[which], fetched)
-            fill_rows(batch.slots, batch.ptr[which], fetched)
+            parts = [(layout, which[lo:hi]) for layout, lo, hi in batch.tables(which)]
+            reads = [(layout, batch.keys[mine] & _ROW_MASK,
+                      np.empty((mine.size, layout.spec.row_bytes), dtype=np.uint8)) for layout, mine in parts]
+            (source or self.lower).read_many(reads)
+            for (_, mine), (_, _, fetched) in zip(parts, reads):
+                fill_rows(batch.slots, batch.ptr[mine], fetched)
         except BaseException:
             self._mark(batch.ptr[which], SLOT_FAILED)
             raise
@@ -190,15 +199,15 @@ class DramCacheTier(CacheTier):
             self._flying.discard(batch.epoch)
             if batch.shared.size:
                 pin_batch(self.directory._state, batch.shared, -1)
-            self._scratch.give(batch.start, batch.unique.shape[0])
+            self._scratch.give(batch.start, batch.keys.shape[0])
             self._inflight -= 1
             self._cond.notify_all()
 
-    def _serve(self, layout: TableLayout, unique: np.ndarray) -> "_Batch":
-        """Make every row of ``unique`` present for this batch (its slots held until
-        :meth:`_end`); returns the batch."""
+    def _serve(self, layouts, keys: np.ndarray) -> "_Batch":
+        """Make every row of distinct ascending cache ``keys`` of ``layouts``'s tables present
+        for this batch (its slots held until :meth:`_end`); returns the batch."""
         with self._cond:
-            batch = self._begin(layout, unique)
+            batch = self._begin(layouts, keys)
         try:
             self._read(batch, np.flatnonzero(batch.is_miss))
             self._wait_for_others(batch)
@@ -211,20 +220,31 @@ class DramCacheTier(CacheTier):
         raw = slots if layout.spec.row_bytes == self.slot_bytes else slots[:, : layout.spec.row_bytes]
         return typed_rows(raw, layout.spec.fmt)
 
-    def pool_bags(self, layout: TableLayout, indices, offsets, weights, mean: bool, out) -> int:
-        """Pool bags of validated ``indices``/``offsets`` into ``out`` ``(B, dim) float32``
-        straight from the cache's slots; returns the number of distinct rows that hit."""
-        unique, inverse, rank = unique_ranked(indices)
-        batch = self._serve(layout, unique)
+    def pool_bags(self, bags) -> int:
+        """Pool each table's bags (a sequence of :class:`~sdm.tiers.base.Bags`, one per
+        table) into its ``out`` straight from the cache's slots, after one probe of the
+        request's distinct rows; returns the number of them that hit."""
+        bags = sorted(bags, key=lambda b: b.layout.table_id)  # the key order the probe serves
+        if len(bags) == 1:
+            keys = (np.int64(bags[0].layout.table_id) << TABLE_SHIFT) | bags[0].indices
+        else:
+            keys = np.concatenate([(np.int64(b.layout.table_id) << TABLE_SHIFT) | b.indices for b in bags])
+        unique, inverse, rank = unique_ranked(keys)
+        batch = self._serve([b.layout for b in bags], unique)
         try:
-            pool(self._view(layout, batch.slots), compose(batch.ptr, rank, inverse), offsets,
-                 weights, mean, layout.spec.fmt, out)
+            rows = compose(batch.ptr, rank, inverse)
+            start = 0
+            for b in bags:
+                end = start + b.indices.shape[0]
+                pool(self._view(b.layout, batch.slots), rows[start:end], b.offsets, b.weights, b.mean,
+                     b.layout.spec.fmt, b.out)
+                start = end
         finally:
             self._end(batch)
         return int(unique.shape[0] - np.count_nonzero(batch.is_miss))
 
     def read_rows(self, layout, ids, out):
-        batch = self._serve(layout, ids)
+        batch = self._serve([layout], _keys(layout, ids))
         try:
             np.take(batch.slots[:, : layout.spec.row_bytes], batch.ptr, axis=0, out=out)
         finally:
@@ -251,7 +271,7 @@ class DramCacheTier(CacheTier):
                     f"{self.capacity} for other rows; pin fewer or give the cache more capacity")
             self._pinned[layout.table_id] = ids if before is None else np.union1d(before, ids)
             counters = self._prefetch_counters.copy()  # pins are setup: no counter moves
-            batch = self._begin(layout, ids, prefetch=True)
+            batch = self._begin([layout], _keys(layout, ids), prefetch=True)
             self._prefetch_counters[:] = counters
         try:
             self._read(batch, np.flatnonzero(batch.is_miss & (batch.ptr < self.capacity)), source)
@@ -259,7 +279,7 @@ class DramCacheTier(CacheTier):
             with self._cond:
                 placed = batch.ptr[batch.ptr < self.capacity]
                 self._state[placed] &= READY_BITS  # pinned for good, not a prefetch
-                self._scratch.give(batch.start, batch.unique.shape[0])
+                self._scratch.give(batch.start, batch.keys.shape[0])
                 self._inflight -= 1
                 self._cond.notify_all()
 
@@ -269,14 +289,14 @@ class DramCacheTier(CacheTier):
         read from the tier below. Rows that find no unpinned slot are skipped (counted as
         not admitted)."""
         with self._cond:
-            batch = self._begin(layout, ids, prefetch=True)
+            batch = self._begin([layout], _keys(layout, ids), prefetch=True)
         missing = np.flatnonzero(batch.is_miss & (batch.ptr < self.capacity))
         try:
             self._read(batch, missing)
         finally:
             with self._cond:
                 self._prefetched += int(missing.size)
-                self._scratch.give(batch.start, batch.unique.shape[0])
+                self._scratch.give(batch.start, batch.keys.shape[0])
                 self._inflight -= 1
                 self._cond.notify_all()
         return int(missing.size)
@@ -284,21 +304,21 @@ class DramCacheTier(CacheTier):
     def release(self, layout: TableLayout, ids: np.ndarray) -> None:
         """Unpin rows ``ids`` pinned by :meth:`prefetch` (their batch has been served)."""
         with self._cond:
-            slots = self.directory.lookup((np.int64(layout.table_id) << TABLE_SHIFT) | ids)
+            slots = self.directory.lookup(_keys(layout, ids))
             self.directory.unpin(slots[slots >= 0])
 
     # -- the rest of the tier contract --------------------------------------------------
 
     def row_offsets(self, layout, ids):
         with self._cond:
-            slots = self.directory.lookup((np.int64(layout.table_id) << TABLE_SHIFT) | np.asarray(ids, np.int64))
+            slots = self.directory.lookup(_keys(layout, np.asarray(ids, np.int64)))
         return np.where(slots >= 0, slots, 0) * self.slot_bytes
 
     def rows_changed(self, layout, ids):
         """Drop the changed rows; changed rows pinned by :meth:`pin_rows` are loaded again
         (pinned afresh) from the tier below, which serves the new ones."""
         with self._lock:
-            freed = self.directory.remove((np.int64(layout.table_id) << TABLE_SHIFT) | ids)
+            freed = self.directory.remove(_keys(layout, ids))
             self._state[freed[freed >= 0]] &= READY_BITS
             pinned = self._pinned.get(layout.table_id)
         if pinned is not None:
@@ -346,17 +366,35 @@ class DramCacheTier(CacheTier):
             self._slots = np.empty((0, self.slot_bytes), dtype=np.uint8)
 
 
+def _keys(layout: TableLayout, ids: np.ndarray) -> np.ndarray:
+    """The cache keys of rows ``ids`` of ``layout``'s table."""
+    return (np.int64(layout.table_id) << TABLE_SHIFT) | ids
+
+
 class _Batch:
-    """One batch in flight: its ids, the row of ``slots`` serving each (the cache slots among
-    them held for it), which it reads itself, its scratch rows, the hits it waits on other
-    batches for, its epoch and the slots it pinned because another batch in flight had them."""
+    """One batch in flight: the tables it serves (ascending ids), its distinct cache keys
+    (ascending), the row of ``slots`` serving each (the cache slots among them held for it),
+    which it reads itself, its scratch rows, the hits it waits on other batches for, its epoch
+    and the slots it pinned because another batch in flight had them."""
 
-    __slots__ = ("layout", "unique", "ptr", "is_miss", "start", "waits", "slots", "epoch", "shared")
+    __slots__ = ("layouts", "keys", "ptr", "is_miss", "start", "waits", "slots", "epoch", "shared")
 
-    def __init__(self, layout, unique, ptr, is_miss, start, waits, slots, epoch, shared):
-        self.layout, self.unique, self.ptr, self.is_miss = layout, unique, ptr, is_miss
+    def __init__(self, layouts, keys, ptr, is_miss, start, waits, slots, epoch, shared):
+        self.layouts, self.keys, self.ptr, self.is_miss = layouts, keys, ptr, is_miss
         self.start, self.waits, self.slots, self.epoch = start, waits, slots, epoch
         self.shared = shared
+
+    def tables(self, which: np.ndarray):
+        """``(layout, lo, hi)`` per table with keys among ``keys[which]`` (``which``
+        ascending positions): ``which[lo:hi]`` are that table's."""
+        if len(self.layouts) == 1:
+            yield self.layouts[0], 0, which.size
+            return
+        bounds = np.searchsorted(self.keys[which] >> TABLE_SHIFT,
+                                 [layout.table_id for layout in self.layouts] + [1 << 62])
+        for layout, lo, hi in zip(self.layouts, bounds[:-1].tolist(), bounds[1:].tolist()):
+            if hi > lo:
+                yield layout, lo, hi
 
 
 class _Ranges:

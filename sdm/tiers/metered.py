@@ -136,19 +136,42 @@ class Metered(Tier):
 
     def read_rows(self, layout, ids, out):
         start = time.perf_counter_ns()
+        served, blocks = self._read(layout, ids, out)
+        if blocks:
+            self._charge(blocks, _useful(layout, ids, served), start)
+        with self._lock:
+            self._wall_ns += time.perf_counter_ns() - start
+        return served
+
+    def read_many(self, reads):
+        """Every table's rows read from the inner tier, then their blocks queued on the
+        device as one batch (one wait in ``paced`` mode)."""
+        start = time.perf_counter_ns()
+        blocks = useful = 0
+        for layout, ids, out in reads:
+            served, n = self._read(layout, ids, out)
+            if n:
+                blocks += n
+                useful += _useful(layout, ids, served)
+        if blocks:
+            self._charge(blocks, useful, start)
+        with self._lock:
+            self._wall_ns += time.perf_counter_ns() - start
+
+    def _read(self, layout, ids, out) -> tuple[np.ndarray | None, int]:
+        """Rows ``ids`` from the inner tier (with O_DIRECT in ``direct`` mode): ``(served,
+        blocks)``, ``served`` as :meth:`read_rows` returns it and ``blocks`` the device blocks
+        the rows it served itself span."""
         if self.io_mode == "direct" and self.inner.supports_direct_io:
             served = self.inner.read_rows_direct(layout, ids, out, queue_depth=self.queue_depth)
         else:
             served = self.inner.read_rows(layout, ids, out)
         own = ids if served is None else ids[served]
-        if len(own):
-            offsets = self.inner.row_offsets(layout, own)
-            blocks = int(blocks_of(np.ascontiguousarray(offsets, dtype=np.int64), layout.spec.row_bytes,
-                                   self.device.access_bytes))
-            self._charge(blocks, len(own) * layout.spec.row_bytes, start)
-        with self._lock:
-            self._wall_ns += time.perf_counter_ns() - start
-        return served
+        if not len(own):
+            return served, 0
+        offsets = self.inner.row_offsets(layout, own)
+        return served, int(blocks_of(np.ascontiguousarray(offsets, dtype=np.int64), layout.spec.row_bytes,
+                                     self.device.access_bytes))
 
     def read_rows_direct(self, layout, ids, out, *, queue_depth=1):
         return self.inner.read_rows_direct(layout, ids, out, queue_depth=queue_depth)
@@ -255,15 +278,20 @@ class MeteredCache(Metered, CacheTier):
     def lower(self) -> Tier:
         return self.inner.lower
 
-    def pool_bags(self, layout, indices, offsets, weights, mean, out) -> int:
+    def pool_bags(self, bags) -> int:
         """Every lookup reads its row from the slots, as a resident table's lookups read
         theirs (:meth:`count_hits`), so both are charged alike: one row per lookup, and slots
         are cache-line aligned, so exactly ``ceil(row_bytes / access_bytes)`` blocks of a
-        64-byte-line device."""
+        64-byte-line device; the request's rows as one batch of reads."""
         start = time.perf_counter_ns()
-        hits = self.inner.pool_bags(layout, indices, offsets, weights, mean, out)
-        if len(indices):
-            self._charge_rows(len(indices), layout, start)
+        hits = self.inner.pool_bags(bags)
+        blocks = useful = 0
+        for b in bags:
+            row_bytes = b.layout.spec.row_bytes
+            blocks += len(b.indices) * -(-row_bytes // self.device.access_bytes)
+            useful += len(b.indices) * row_bytes
+        if blocks:
+            self._charge(blocks, useful, start)
         with self._lock:
             self._wall_ns += time.perf_counter_ns() - start
         return hits
@@ -276,6 +304,11 @@ class MeteredCache(Metered, CacheTier):
 
     def release(self, layout, ids):
         self.inner.release(layout, ids)
+
+
+def _useful(layout: TableLayout, ids: np.ndarray, served: np.ndarray | None) -> int:
+    """Bytes of the rows a tier served itself (all of ``ids`` when ``served`` is None)."""
+    return (len(ids) if served is None else int(np.count_nonzero(served))) * layout.spec.row_bytes
 
 
 def metered(inner: Tier, device, clock: SimClock | None = None, **options) -> Metered:

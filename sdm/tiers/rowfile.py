@@ -172,8 +172,10 @@ class RowFile:
         width = self.layout.spec.row_bytes
         per_row = (width + PAGE_BYTES - 2) // PAGE_BYTES + 1  # pages a row can span
         found = np.empty(len(pos) * per_row, dtype=np.int64)
-        pages = np.unique(found[:_unchecked_pages(pos, width, self.checked, found)])
-        self.check_pages(pages, self.data, pages * PAGE_BYTES)
+        n = _unchecked_pages(pos, width, self.checked, found)
+        if n:  # once warm, most batches find every page checked: no sort, no call
+            pages = np.unique(found[:n])
+            self.check_pages(pages, self.data, pages * PAGE_BYTES)
 
     def check_pages(self, pages: np.ndarray, view, starts: np.ndarray) -> None:
         """Check distinct data ``pages`` whose bytes are ``view[starts[i]:][:4096]``; raises
