@@ -4,9 +4,10 @@ The directory (which key sits in which slot) is a :class:`sdm.policies.Cache`, t
 Numba kernels ``sdm.simulate`` runs; the rows sit in a slot buffer this tier owns. A batch
 (one request: every table's bags) is served in a fixed number of Numba and numpy calls
 whatever its size: one dedup and one probe of all its tables' rows (every hit, miss,
-admission and eviction decided in one kernel, under the lock once), per table one read of
-its misses from the tier below (its device model counts the blocks) and one scatter into
-the slots, and per table one pooled gather straight from the slots.
+admission and eviction decided in one kernel, under the lock once), one read of every
+table's misses from the tier below (:meth:`~sdm.tiers.base.Tier.read_many`: its device model
+counts the blocks and queues them as one batch), and per table one scatter into the slots and
+one pooled gather straight from them.
 
 Cache keys are ``table_id << 48 | row id``, so one cache (and one policy) spans all tables.
 
@@ -225,10 +226,8 @@ class DramCacheTier(CacheTier):
         table) into its ``out`` straight from the cache's slots, after one probe of the
         request's distinct rows; returns the number of them that hit."""
         bags = sorted(bags, key=lambda b: b.layout.table_id)  # the key order the probe serves
-        if len(bags) == 1:
-            keys = (np.int64(bags[0].layout.table_id) << TABLE_SHIFT) | bags[0].indices
-        else:
-            keys = np.concatenate([(np.int64(b.layout.table_id) << TABLE_SHIFT) | b.indices for b in bags])
+        keys = [_keys(b.layout, b.indices) for b in bags]
+        keys = keys[0] if len(keys) == 1 else np.concatenate(keys)
         unique, inverse, rank = unique_ranked(keys)
         batch = self._serve([b.layout for b in bags], unique)
         try:
