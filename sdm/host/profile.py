@@ -9,7 +9,10 @@ second pass it records
   equal to the live store's counts);
 * its device batches, as the store issues them (tables one after another; per table the
   SCM reads of its misses, then the DRAM line reads of its lookups from the cache slots),
-  each SCM tier's blocks striped over that tier's devices by block number;
+  each SCM tier's blocks striped over that tier's devices by block number (device
+  ``block % count``), and the block numbers of each SCM batch themselves, so that
+  :func:`sdm.host.variants.with_scm_devices` stripes the same reads over another count of
+  devices without serving the trace again;
 * its CPU work, measured here on a live store: the thread CPU time of its
   ``Store.embedding_bags`` call (dedup, probe, pooling, hits and misses as they fall) and,
   with a DLRM preset, the bottom MLP and the interaction + top MLP at their measured time per
@@ -36,14 +39,14 @@ from sdm.host.spec import HostSpec, resolve_host
 from sdm.policies import simulate
 from sdm.replay.live import DEFAULT_DIM, build_store, check_store_tables, make_model
 from sdm.replay.requests import KeyStream, check_request_size, iter_requests, key_stream
-from sdm.replay.sweep import segment_blocks
+from sdm.replay.sweep import _ROW_MASK, segment_blocks
 from sdm.store.config import HierarchyConfig, resolve_config, with_io_mode, with_options
 from sdm.store.store import Store
 from sdm.tiers.metered import DeviceQueue
 from sdm.tiers.rowfile import HEADER_BYTES
 from sdm.trace.format import Trace, load
 
-__all__ = ["RequestProfile", "Device", "device_of", "UnsupportedHierarchy", "build_profile", "hit_rate_settles_after", "CONVERGED_WITHIN"]
+__all__ = ["RequestProfile", "Device", "device_of", "segment_block_ids", "UnsupportedHierarchy", "build_profile", "hit_rate_settles_after", "CONVERGED_WITHIN"]
 
 #: The hit rate has settled when the last half of the requests after a point is within this
 #: of all of them.
@@ -78,7 +81,10 @@ class RequestProfile:
     ``hits`` (of those, DRAM hits) int64; ``cpu_emb_ns``, ``cpu_bottom_ns``, ``cpu_top_ns``
     float64 (already divided by the host's core speed). Batches: ``batch_ptr`` ``(R + 1,)``,
     ``batch_qd`` ``(nb,)``, ``sub_ptr`` ``(nb + 1,)``, ``sub_dev`` / ``sub_reads`` ``(ns,)``
-    int64. ``devices``: index -> :class:`Device`. ``settles_after``: requests (of both passes)
+    int64. ``devices``: index -> :class:`Device` (the DRAM device first, then the SCM tier's).
+    ``scm_block_ptr`` ``(nb + 1,)`` / ``scm_block_ids`` int64: CSR of each batch's SCM block
+    numbers, ascending (an empty range for a DRAM batch; None for a profile without SCM), from
+    which the batch's parts on any number of devices follow. ``settles_after``: requests (of both passes)
     the hit rate took to settle, None if it did not; ``live_hits``: the live store's cache hits
     over the profiled pass (None without a cache), equal to ``hits.sum()`` when the control
     plane and the store agree.
@@ -108,6 +114,8 @@ class RequestProfile:
     live_hits: int | None
     bottom_ns_per_sample: float = 0.0
     top_ns_per_sample: float = 0.0
+    scm_block_ptr: np.ndarray | None = None
+    scm_block_ids: np.ndarray | None = None
 
     @property
     def requests(self) -> int:
@@ -209,6 +217,30 @@ def _host_config(config: HierarchyConfig, host: HostSpec, table_bytes: int) -> H
     return config
 
 
+def segment_block_ids(stream: KeyStream, mask, row_bytes: int, block_bytes: int) -> tuple:
+    """``(ptr (S + 1,), ids)`` int64: per segment of ``stream`` (one table of one request) the
+    distinct ``block_bytes`` blocks, ascending, covering the rows ``mask`` (per key, True: a
+    DRAM hit) leaves to the SCM tier, each at ``HEADER_BYTES + row * row_bytes`` of its table's
+    row file. Counting them by ``block % count`` gives :func:`segment_blocks`' striping."""
+    nseg = stream.segments.shape[0] - 1
+    seg = np.repeat(np.arange(nseg, dtype=np.int64), np.diff(stream.segments))
+    miss = ~np.asarray(mask, dtype=np.bool_)
+    seg = seg[miss]
+    off = HEADER_BYTES + (stream.keys[miss] & _ROW_MASK).astype(np.int64) * row_bytes
+    first = off // block_bytes
+    span = (off + row_bytes - 1) // block_bytes - first + 1
+    starts = np.cumsum(span) - span
+    blk = np.repeat(first, span) + (np.arange(int(span.sum()), dtype=np.int64) - np.repeat(starts, span))
+    seg = np.repeat(seg, span)
+    order = np.lexsort((blk, seg))
+    seg, blk = seg[order], blk[order]
+    keep = np.ones(seg.shape[0], dtype=np.bool_)
+    keep[1:] = (seg[1:] != seg[:-1]) | (blk[1:] != blk[:-1])
+    seg, blk = seg[keep], blk[keep]
+    ptr = np.concatenate(([0], np.cumsum(np.bincount(seg, minlength=nseg)))).astype(np.int64)
+    return ptr, blk.astype(np.int64)
+
+
 def _batches(stream: KeyStream, mask, config: HierarchyConfig, host: HostSpec, row_bytes: int):
     """The batch arrays of :class:`RequestProfile` and the devices they index."""
     cache, scm, dram_tier = _shape(config)
@@ -227,8 +259,10 @@ def _batches(stream: KeyStream, mask, config: HierarchyConfig, host: HostSpec, r
         blocks = np.empty((nseg, count), dtype=np.int64)
         segment_blocks(stream.keys, mask, stream.segments, np.int64(row_bytes), np.int64(HEADER_BYTES),
                        np.int64(spec.access_bytes), blocks)
+        id_ptr, ids = segment_block_ids(stream, mask, row_bytes, spec.access_bytes)
     else:
         blocks = np.zeros((nseg, 0), dtype=np.int64)
+        id_ptr = ids = None
     lines = -(-row_bytes // get_device(dram_tier.device).access_bytes)
     dram_reads = stream.segment_lookups * lines
     # Per segment: one SCM batch when it misses (its parts: the devices it reads), then one
@@ -239,7 +273,8 @@ def _batches(stream: KeyStream, mask, config: HierarchyConfig, host: HostSpec, r
     has_dram = (dram_reads > 0) & (config.io_mode != "direct")
     per_seg = has_scm.astype(np.int64) + has_dram
     seg_ptr = np.concatenate(([0], np.cumsum(per_seg)))
-    batch_qd, parts_dev, parts_reads, parts_len = [], [], [], []
+    batch_qd, parts_dev, parts_reads, parts_len, batch_ids = [], [], [], [], []
+    empty = np.zeros(0, dtype=np.int64)
     for s in range(nseg):  # a Python loop over segments: profiles are built once
         if has_scm[s]:
             used = np.flatnonzero(blocks[s])
@@ -247,11 +282,13 @@ def _batches(stream: KeyStream, mask, config: HierarchyConfig, host: HostSpec, r
             parts_dev.append(used + 1)
             parts_reads.append(blocks[s, used])
             parts_len.append(used.shape[0])
+            batch_ids.append(ids[id_ptr[s]:id_ptr[s + 1]])
         if has_dram[s]:
             batch_qd.append(dram_tier.queue_depth)
             parts_dev.append(np.zeros(1, dtype=np.int64))
             parts_reads.append(dram_reads[s:s + 1])
             parts_len.append(1)
+            batch_ids.append(empty)
     tables = stream.num_tables
     batch_ptr = seg_ptr[::tables].astype(np.int64)
     sub_ptr = np.concatenate(([0], np.cumsum(parts_len))).astype(np.int64)
@@ -259,8 +296,13 @@ def _batches(stream: KeyStream, mask, config: HierarchyConfig, host: HostSpec, r
     def cat(parts):
         return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
 
+    if scm is None:
+        block_ptr = block_ids = None
+    else:
+        block_ptr = np.concatenate(([0], np.cumsum([b.shape[0] for b in batch_ids]))).astype(np.int64)
+        block_ids = cat(batch_ids)
     return (batch_ptr, np.asarray(batch_qd, dtype=np.int64), sub_ptr, cat(parts_dev), cat(parts_reads),
-            devices)
+            devices, block_ptr, block_ids)
 
 
 def _measure_cpu(tr, store_path, config, request_size, model, seed, fit_model=False):
@@ -381,4 +423,5 @@ def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str |
         cpu_emb_ns=emb / speed, cpu_bottom_ns=samples * bottom / speed, cpu_top_ns=samples * top / speed,
         batch_ptr=batches[0], batch_qd=batches[1], sub_ptr=batches[2], sub_dev=batches[3],
         sub_reads=batches[4], devices=batches[5], settles_after=settles, live_hits=live,
-        bottom_ns_per_sample=bottom / speed, top_ns_per_sample=top / speed)
+        bottom_ns_per_sample=bottom / speed, top_ns_per_sample=top / speed,
+        scm_block_ptr=batches[6], scm_block_ids=batches[7])

@@ -8,6 +8,12 @@ faster core or a different device, without serving the trace again: core speed d
 measured CPU times (as ``HostSpec.core_speed`` does), and an SCM device is rebuilt from its
 :class:`~sdm.devices.DeviceSpec` with ``read_latency_us`` or ``max_read_iops`` scaled, through
 the same :func:`~sdm.host.profile.device_of` the profile used. The DRAM device is left as is.
+
+:func:`with_scm_devices` changes the host's count of SCM devices: the same block reads (the
+profile keeps each SCM batch's block numbers) striped over ``count`` devices by block number,
+as :func:`~sdm.host.profile.build_profile` stripes them for a host of ``count`` devices (a test
+keeps the two equal). Each device is the profile's one, so ``count`` devices give ``count``
+times the units: more device throughput, and fewer reads queued on each device per batch.
 """
 
 from __future__ import annotations
@@ -15,10 +21,62 @@ from __future__ import annotations
 import dataclasses
 
 from sdm.errors import ConfigError
-from sdm.host.profile import RequestProfile, device_of
-from sdm.validate import check_number
+import numpy as np
 
-__all__ = ["vary_profile"]
+from sdm.host.profile import Device, RequestProfile, device_of
+from sdm.host.spec import MAX_DEVICES, ScmSlot
+from sdm.validate import check_int, check_number
+
+__all__ = ["vary_profile", "with_scm_devices"]
+
+
+def with_scm_devices(profile: RequestProfile, count: int) -> RequestProfile:
+    """``profile`` on a host whose SCM tier has ``count`` devices (each the profile's SCM
+    device), its blocks striped over them by block number (device ``block % count``). The
+    CPU times, hits and batch order are the profile's; only each SCM batch's parts and the
+    device list change. Returns ``profile`` itself when it already has ``count`` devices.
+
+    Raises:
+        ConfigError: ``count`` not an integer in [1, 1024]; a profile without an SCM tier or
+        without its block numbers (``scm_block_ptr``).
+    """
+    count = check_int(count, "SCM devices per host", lo=1, hi=MAX_DEVICES, error=ConfigError)
+    scm = [i for i, d in enumerate(profile.devices) if d.group != "dram"]
+    if not scm:
+        raise ConfigError(f"profile of {profile.config!r} has no SCM tier to put {count} devices in")
+    if len(scm) == count:
+        return profile
+    if profile.scm_block_ptr is None or profile.scm_block_ids is None:
+        raise ConfigError(f"profile of {profile.config!r} keeps no SCM block numbers: it cannot be striped "
+                          f"over {count} devices (build it again with sdm.host.profile.build_profile)")
+    first = profile.devices[scm[0]]
+    name = first.name.rsplit("#", 1)[0] if len(scm) > 1 else first.name
+    devices = [d for d in profile.devices if d.group == "dram"]
+    offset = len(devices)  # build_profile: the DRAM device, then the SCM tier's
+    devices += [Device(name if count == 1 else f"{name}#{i}", first.group, first.latency_ns, first.spacing_ns)
+                for i in range(count)]
+    ptr, ids = profile.scm_block_ptr, profile.scm_block_ids
+    nb = profile.batch_qd.shape[0]
+    per_batch = np.diff(ptr)
+    grid = np.bincount(np.repeat(np.arange(nb, dtype=np.int64), per_batch) * count + ids % count,
+                       minlength=nb * count).reshape(nb, count)
+    devs, reads = [], []
+    for b in range(nb):  # a Python loop over batches, once per count
+        if per_batch[b]:
+            used = np.flatnonzero(grid[b])
+            devs.append(used + offset)
+            reads.append(grid[b, used])
+        else:
+            lo, hi = profile.sub_ptr[b], profile.sub_ptr[b + 1]
+            devs.append(profile.sub_dev[lo:hi])
+            reads.append(profile.sub_reads[lo:hi])
+    sub_ptr = np.concatenate(([0], np.cumsum([d.shape[0] for d in devs]))).astype(np.int64)
+    cat = (lambda parts: np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64))
+    host = profile.host
+    slot = host.scm[0] if host.scm else ScmSlot()
+    host = dataclasses.replace(host, scm=(ScmSlot(slot.device, count),) + tuple(host.scm[1:]))
+    return dataclasses.replace(profile, host=host, devices=devices, sub_ptr=sub_ptr, sub_dev=cat(devs),
+                               sub_reads=cat(reads))
 
 
 def vary_profile(profile: RequestProfile, scm_device, *, core_speed: float = 1.0, scm_latency: float = 1.0,

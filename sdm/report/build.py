@@ -110,14 +110,22 @@ def _json_safe(x):
     return x
 
 
+def _asks(s: Scenario) -> int:
+    """Host-model runs one choosing resolve of ``s`` asks for: one per count tried."""
+    return sum(max(1, len(_fleet.scm_device_counts(s, c))) for c in s.configs if not c.has_override)
+
+
 def _runs_per_scenario(s: Scenario) -> int:
-    """Host-model runs :func:`build_report` asks for ``s`` (the progress bar's total)."""
+    """Host-model runs :func:`build_report` asks for ``s`` (the progress bar's total; a run
+    asked again is read from memory)."""
     if s.workload is None:
         return 0
     measured = sum(1 for c in s.configs if not c.has_override)
     scm = sum(1 for c in s.configs if not c.is_baseline)
-    # the nominal run, the sensitivity's nominal and its two ends per input, two corners per SCM config
-    return measured * (2 + 2 * len(INPUTS) + 2 * scm)
+    # the nominal choice (every count tried), the sensitivity's nominal and its two ends per input
+    # and two corners per SCM config (at the chosen counts), and the model-size curve's choices
+    return (_asks(s) + measured * (1 + 2 * len(INPUTS) + 2 * scm)
+            + sum(_asks(with_model_scale(s, f)) for f in _SIZE_FACTORS))
 
 
 def explain(sr: ScenarioResult, sens, runs: dict) -> list[dict]:
@@ -144,7 +152,13 @@ def explain(sr: ScenarioResult, sens, runs: dict) -> list[dict]:
                        f"target; the host is limited by {c.bottleneck or 'its typed QPS (override)'}")
             texts.append(f"{c.name}: {why}")
         largest = sens.largest.get(r.name, {})
+        choice = r.scm_devices_choice
+        devices_text = (choice["reason"] if choice else
+                        None if r.scm_devices_per_host is None else
+                        f"{r.scm_devices_per_host} x {r.device}: what holding the rows needs (not chosen: "
+                        f"{'a typed or replayed QPS' if r.qps_source == 'override' or not runs.get(r.name) else 'no count to choose'})")
         out.append({"config": r.name, "bound": r.bound, "baseline_bound": base.bound, "bound_text": texts,
+                    "scm_devices_per_host": r.scm_devices_per_host, "scm_devices_text": devices_text,
                     "largest_input": largest.get("input"), "largest_label": largest.get("label"),
                     "largest_spread": largest.get("spread"),
                     "largest_measured_input": None if top is None else top.input,
@@ -214,15 +228,27 @@ def _scenario_report(s: Scenario, measurer: Measurer) -> dict:
     resolved, runs = measurer.resolve(s, curve=True)
     sr = evaluate(resolved)
     base = sr.baseline
-    sens = sensitivity(s, lambda sc, f: measurer.resolve(sc, f)[0])
+    chosen = {c.name: c.scm_devices for c in resolved.configs if c.scm_devices_choice is not None}
+    sens = sensitivity(s, lambda sc, f: measurer.resolve(sc, f, scm_devices=chosen)[0])
     curve = {"scale": list(_SIZE_FACTORS), "table_gb": [s.model.table_gb * f for f in _SIZE_FACTORS],
-             "savings": {c.name: [] for c in s.configs if not c.is_baseline}}
-    for f in _SIZE_FACTORS:  # per-host QPS held at the nominal model's (see the note)
-        for r in evaluate(with_model_scale(resolved, f)).configs:
+             "savings": {c.name: [] for c in s.configs if not c.is_baseline},
+             "scm_devices_per_host": {c.name: [] for c in s.configs if not c.is_baseline},
+             "qps_per_host": {c.name: [] for c in s.configs},
+             "note": ("Each model size is a fleet of its own: the host model is run for its SCM devices "
+                      "per host, chosen as for the scenario (the capacity need up to the slots); the "
+                      "workload, cache share and every other input are the scenario's.")
+             if s.workload is not None else
+             "Per-host QPS typed in the scenario, the same at every model size."}
+    for f in _SIZE_FACTORS:
+        for r in evaluate(measurer.resolve(with_model_scale(s, f), curve=True)[0]).configs:
+            curve["qps_per_host"][r.name].append(r.qps_per_host)
             if r.name in curve["savings"]:
                 curve["savings"][r.name].append(r.savings_vs_dram)
+                curve["scm_devices_per_host"][r.name].append(r.scm_devices_per_host)
     sens_note = (f"Low/high: the savings with the input at x(1 - {sens.percent:g}%) / x(1 + {sens.percent:g}%); "
-                 "the host-model inputs re-run sdm.host and the fleet takes the QPS and hit rate it gives. "
+                 "the host-model inputs re-run sdm.host and the fleet takes the QPS and hit rate it gives, "
+                 "each SCM configuration at the devices per host chosen for the nominal inputs (not chosen "
+                 "again per point: a favourable end may understate what a new choice would save). "
                  "REFERENCES.md gives DRAM at 0.05-0.4 W/GB, a wider span than this; the corners row "
                  "sets every input at its unfavourable, then its favourable end at once.")
     typed = [c.name for c in resolved.configs if c.qps_source == "override" or c.measured_by is not None]

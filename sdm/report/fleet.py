@@ -18,7 +18,8 @@ a fleet target of ``Q`` requests per second:
   (``hosts > ceil(Q / q)``: a replica larger than the traffic needs, or the rounding up
   to whole replicas), else *QPS-bound*;
 * **per host** — DIMMs ``max(min_dimms, ceil((D / n + dram_reserved_gb) / gb_per_dimm))``,
-  SCM devices ``ceil(S / n / C)``; watts ``base_watts + dimms * gb_per_dimm * dram_w_per_gb
+  SCM devices ``d``: at least the capacity need ``ceil(S / n / C)``, at most ``ssd_slots``
+  (see *SCM devices per host* below); watts ``base_watts + dimms * gb_per_dimm * dram_w_per_gb
   + devices * device_watts``; dollars ``base_usd + DRAM GB * dram_usd_per_gb + devices *
   device_usd``;
 * **fleet** — power ``hosts * watts`` (W), capital cost ``hosts * dollars``, operating cost
@@ -36,6 +37,19 @@ the rows costs hosts the traffic alone would not need, else ``qps`` when a resou
 host (cores, DRAM bandwidth, an SCM tier) limits its rate, or ``sla`` when the latency floor
 does (the host's p99 at zero load sits so near the SLA, or above it, that the SLA and not a
 resource sets the rate). Every result is a model estimate, not a measurement of a fleet.
+
+SCM devices per host: a host holds the rows with the capacity need, but a host whose
+devices bound its rate serves more with more of them. :func:`choose_scm_devices` tries the
+counts of :func:`scm_device_counts` — the capacity need ``d0``, then ``2 d0, 4 d0, ...``
+below ``ssd_slots``, then ``ssd_slots`` (at most ``2 + log2(ssd_slots)`` host-model runs,
+all over one request profile) — with the host model's per-host QPS at each, and keeps the
+count with the lowest fleet power (ties: lower cost, then fewer devices). Every count of the
+list is run, none skipped when the QPS stops rising: the list then depends only on the
+capacity need and the slots, not on what the host model measures, so an input that never
+raises any count's per-host QPS (a smaller cache, a slower device) never lowers the chosen
+fleet's power either (a minimum over the same counts of powers that each do not fall).
+Counts between those of the list (3, 5, 6, 7 of 8 slots) are not tried. A typed QPS, a
+replayed one or a configuration the host model did not run keeps the capacity need.
 """
 
 from __future__ import annotations
@@ -48,7 +62,8 @@ from sdm.errors import ConfigError
 from sdm.report.scenario import ConfigSpec, Scenario
 
 __all__ = ["ConfigResult", "ScenarioResult", "evaluate", "qps_per_host", "layout", "HOURS_PER_YEAR", "BOUNDS",
-           "with_model_scale", "PAPER_SAVINGS_RANGE", "paper_position"]
+           "with_model_scale", "PAPER_SAVINGS_RANGE", "paper_position", "scm_device_counts",
+           "choose_scm_devices", "config_fleet"]
 
 HOURS_PER_YEAR = 8760.0  # 365 days x 24 h
 #: The SDM paper's power savings across its real-world scenarios (Ardestani et al., arXiv
@@ -96,6 +111,10 @@ class ConfigResult:
     savings_vs_dram: float | None = None
     cost_savings_vs_dram: float | None = None
     infeasible: str | None = None
+    # how scm_devices_per_host was chosen: {"chosen", "capacity_need", "ssd_slots", "candidates":
+    # [{"devices", "qps_per_host", "hit_rate", "bottleneck", "hosts", "power_watts", "cost_usd"}],
+    # "reason"}; None: the capacity need, not chosen (a baseline, a typed or replayed QPS)
+    scm_devices_choice: dict | None = None
 
     @property
     def feasible(self) -> bool:
@@ -160,6 +179,85 @@ def layout(s: Scenario, c: ConfigSpec) -> tuple[int, int, str | None]:
     return n, _ceil(scm_gb / n / dev.capacity_gb), None
 
 
+def scm_device_counts(s: Scenario, c: ConfigSpec) -> tuple[int, ...]:
+    """SCM devices per host :func:`choose_scm_devices` tries for ``c``, ascending: the capacity
+    need ``d0`` (:func:`layout`), ``2 d0, 4 d0, ...`` below the host's ``ssd_slots``, and
+    ``ssd_slots``. Empty for the baseline and for a configuration whose rows no host holds."""
+    if c.is_baseline:
+        return ()
+    _, need, infeasible = layout(s, c)
+    if infeasible is not None:
+        return ()
+    slots = s.host.ssd_slots
+    out, d = [], max(1, need)
+    while d < slots:
+        out.append(d)
+        d *= 2
+    out.append(max(slots, need))
+    return tuple(out)
+
+
+def _choice_reason(c: ConfigSpec, tried: list, best: int, slots: int) -> str:
+    m, r = tried[best]
+    d, dev = m.scm_devices, c.device
+    counts = ", ".join(str(x.scm_devices) for x, _ in tried)
+    bound = m.bottleneck or "its typed QPS"
+    scm_bound = bool(m.bottleneck) and m.bottleneck.endswith(" tier")
+    head = f"{d} x {dev}"
+    if len(tried) == 1:
+        return f"{head}: the capacity need already fills the host's {slots} slots (bottleneck {bound})"
+    if best == len(tried) - 1:
+        why = ("every slot filled, and the SCM devices still bound the host" if scm_bound else
+               f"every slot filled; bottleneck {bound}")
+        return f"{head}: {why} (lowest fleet power of {counts} devices per host)"
+    nm, nr = tried[best + 1]
+    rise = nm.qps_per_host / m.qps_per_host if m.qps_per_host else math.inf
+    if rise < 1.05:
+        why = f"more devices stop raising QPS (x{rise:.2f} at {nm.scm_devices}), bottleneck {bound}"
+    elif nr.feasible and r.feasible:
+        why = (f"{nm.scm_devices} raise QPS x{rise:.2f} but the fleet would draw "
+               f"{nr.power_watts / 1e3:,.1f} kW, not {r.power_watts / 1e3:,.1f} kW (bottleneck {bound})")
+    else:
+        why = f"bottleneck {bound}"
+    return f"{head}: {why} (lowest fleet power of {counts} devices per host)"
+
+
+def choose_scm_devices(s: Scenario, c: ConfigSpec, measure) -> ConfigSpec:
+    """``c`` with the SCM devices per host of least fleet power (module docstring).
+
+    ``measure(devices) -> ConfigSpec``: ``c`` with the per-host QPS, hit rate and bottleneck
+    the host model gives a host of ``devices`` SCM devices; called once per count of
+    :func:`scm_device_counts`, ascending. Returns the measured spec of the chosen count with
+    ``scm_devices`` and ``scm_devices_choice`` (the counts tried, their QPS, hosts, power and
+    cost, and the reason in words) set; ``measure(capacity need)`` as it is for a
+    configuration with no count to choose (the baseline, rows no host holds)."""
+    counts = scm_device_counts(s, c)
+    if not counts:
+        _, need, _ = layout(s, c)
+        return measure(need)
+    tried = []
+    for d in counts:
+        m = dataclasses.replace(measure(d), scm_devices=d, scm_devices_choice=None)
+        tried.append((m, _config(s, m)))
+
+    def rank(i):
+        r = tried[i][1]
+        return ((r.power_watts, r.cost_usd) if r.feasible else (math.inf, math.inf)) + (counts[i],)
+
+    best = min(range(len(tried)), key=rank)
+    choice = {"chosen": counts[best], "capacity_need": counts[0], "ssd_slots": s.host.ssd_slots,
+              "candidates": [{"devices": m.scm_devices, "qps_per_host": r.qps_per_host, "hit_rate": m.hit_rate,
+                              "bottleneck": m.bottleneck, "hosts": r.hosts, "power_watts": r.power_watts,
+                              "cost_usd": r.cost_usd} for m, r in tried],
+              "reason": _choice_reason(c, tried, best, s.host.ssd_slots)}
+    return dataclasses.replace(tried[best][0], scm_devices_choice=choice)
+
+
+def config_fleet(s: Scenario, c: ConfigSpec) -> ConfigResult:
+    """One configuration through the fleet model (no savings: :func:`evaluate` adds them)."""
+    return _config(s, c)
+
+
 def _bound(regime: str, bottleneck: str | None) -> str:
     if regime == "capacity-bound":
         return "capacity"
@@ -173,7 +271,8 @@ def _config(s: Scenario, c: ConfigSpec) -> ConfigResult:
     scm_gb = 0.0 if c.is_baseline else model_gb
     partial = dict(name=c.name, device=c.device, qps_per_host=q, qps_source=c.qps_source,
                    hit_rate=1.0 if c.is_baseline and c.hit_rate is None else c.hit_rate,
-                   bottleneck=c.bottleneck, dram_gb_needed=dram_gb, scm_gb_needed=scm_gb)
+                   bottleneck=c.bottleneck, dram_gb_needed=dram_gb, scm_gb_needed=scm_gb,
+                   scm_devices_choice=c.scm_devices_choice)
     n, devices, infeasible = layout(s, c)
     if not q > 0:
         why = "no request rate meets the SLA (per-host QPS 0)"
@@ -183,6 +282,11 @@ def _config(s: Scenario, c: ConfigSpec) -> ConfigResult:
     if infeasible is not None:
         return ConfigResult(regime="infeasible", bound="capacity", infeasible=infeasible, **partial)
     dev = None if c.is_baseline else s.device(c.device)
+    if dev is not None and c.scm_devices is not None:
+        if not devices <= c.scm_devices <= max(devices, host.ssd_slots):
+            raise ConfigError(f"configs.{c.name}: {c.scm_devices} SCM devices per host is outside "
+                              f"[{devices}, {host.ssd_slots}] (what its rows need, the host's ssd_slots)")
+        devices = c.scm_devices
     for_qps = max(1, _ceil(s.traffic.target_qps / q))
     replicas = max(1, _ceil(s.traffic.target_qps / (n * q)))
     hosts = n * replicas

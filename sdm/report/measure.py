@@ -4,8 +4,14 @@ For a scenario with a ``[workload]`` (:class:`~sdm.report.scenario.WorkloadSpec`
 :class:`Measurer` runs :mod:`sdm.host` for each configuration on the host the fleet model
 bills for: the workload's host preset with the configuration's DRAM cache
 (``dram_fraction`` of the trace's table bytes, as the scenario's cache is of the model's), its
-SCM device and as many of them as the fleet puts in a host (:func:`sdm.report.fleet.layout`).
-The DRAM-only baseline is run the same way, with every row in DRAM. Each run gives the QPS at
+SCM device and a count of them per host. Which count: the one of least fleet power among
+:func:`sdm.report.fleet.scm_device_counts` (from what holding the rows needs up to the host's
+``ssd_slots``), each run here (:meth:`Measurer.resolve`, through
+:func:`sdm.report.fleet.choose_scm_devices`); a sensitivity re-run keeps the count chosen at
+the nominal inputs (``scm_devices=``), it does not choose again. Every count of a
+configuration shares one request profile: the trace is served (and its CPU costs measured)
+once, and :func:`sdm.host.variants.with_scm_devices` stripes the same block reads over each
+count of devices. The DRAM-only baseline is run the same way, with every row in DRAM. Each run gives the QPS at
 the scenario's SLA, the hit rate it was simulated at, the bottleneck, the utilizations and
 (for the nominal inputs) the latency-load curve; :meth:`Measurer.miss_ratio_curve` gives the
 workload's warm miss ratio against the cache's share of the rows.
@@ -29,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sdm.errors import ConfigError
+from sdm.replay.queueing import SlaError
 from sdm.report.cache import ResultCache, file_digest
 from sdm.report.scenario import ConfigSpec, Scenario, WorkloadSpec
 
@@ -83,6 +90,32 @@ class HostRun:
         data["cached"] = True
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def _measured(c: ConfigSpec, run: HostRun) -> ConfigSpec:
+    """``c`` with the per-host QPS, hit rate and bottleneck of ``run``."""
+    return dataclasses.replace(c, qps_per_host=run.qps_at_sla, qps_ratio=None, hit_rate=run.hit_rate,
+                               qps_source="host-model", bottleneck=run.bottleneck)
+
+
+def _saturation(profile, sla_us: float, w: WorkloadSpec, curve: bool) -> tuple:
+    """The run's figures when the SLA bounds no rate (:class:`sdm.replay.queueing.SlaError`):
+    a run of ``w.arrivals`` requests drains within the SLA however fast they arrive (a small
+    host's short run), so the bisection finds no edge. A steady rate cannot pass the busiest
+    resource's saturation rate, so that rate is the per-host QPS, named as such in the reason."""
+    from sdm.host.predict import CURVE_FRACTIONS
+    from sdm.host.simulate import HostSimulation
+
+    sim = HostSimulation(profile, arrivals=w.arrivals, seed=w.seed)
+    sat = sim.saturation_qps()
+    demand = sim.demand_ns()
+    busiest = max(demand, key=demand.get)
+    zero_us = sim.percentile_ns(sat * 1e-6, 99.0) / 1e3
+    point = sim.point(sat)
+    reason = (f"the p99 stays within the SLA of {sla_us:g} us at any rate over {w.arrivals} simulated "
+              f"requests; the QPS is the saturation rate of the busiest resource, {busiest}")
+    points = [sim.point(f * sat) for f in CURVE_FRACTIONS] if curve else []
+    return sat, busiest, reason, zero_us, dict(point.utilization), points
 
 
 def _finite(x) -> float:
@@ -205,10 +238,15 @@ class Measurer:
         return dataclasses.replace(run, config=c.name)
 
     def _profile(self, s: Scenario, c: ConfigSpec, scm_devices: int, inputs: dict):
+        """The request profile of ``c`` on a host of ``scm_devices`` SCM devices: one profile
+        per configuration and cache (built for the first count asked), striped again for
+        every other count."""
         from sdm.host.profile import build_profile
+        from sdm.host.variants import with_scm_devices
         from sdm.trace.format import load
 
-        key = self.cache.key("profile", inputs)
+        # the count of devices is no input of the profile's trace pass or CPU costs
+        key = self.cache.key("profile", self._inputs(s, c, 1))
         if key not in self._profiles:
             w = s.workload
             trace = self.trace(w)
@@ -220,7 +258,8 @@ class Measurer:
                     workdir=self._tmp.name, fit_model=True)
             while len(self._profiles) > 8:  # a profile holds arrays per request; keep the recent
                 self._profiles.pop(next(iter(self._profiles)))
-        return self._profiles[key]
+        profile = self._profiles[key]
+        return profile if c.is_baseline else with_scm_devices(profile, max(1, scm_devices))
 
     def _compute(self, s, c, scm_devices, factors, curve, inputs) -> HostRun:
         from sdm.host.predict import predict
@@ -234,17 +273,23 @@ class Measurer:
                                    scm_latency=factors.get("device_latency", 1.0),
                                    scm_iops=factors.get("device_iops", 1.0))
         w = s.workload
-        found = predict(None, profile=profile, sla_us=s.traffic.sla_p99_us, arrivals=w.arrivals, seed=w.seed,
-                        rates=None if curve else [])
+        try:
+            found = predict(None, profile=profile, sla_us=s.traffic.sla_p99_us, arrivals=w.arrivals, seed=w.seed,
+                            rates=None if curve else [])
+            got = (found.qps_at_sla, found.bottleneck, found.sla.reason, found.sla.zero_load_us,
+                   dict(found.utilization), found.curve)
+        except SlaError:  # the SLA was validated when the scenario loaded: it bounds no rate here
+            got = _saturation(profile, s.traffic.sla_p99_us, w, curve)
+        qps, bottleneck, reason, zero_us, utilization, curve_points = got
         seconds = time.perf_counter() - start
         self.computed += 1
         self.seconds += seconds
-        points = tuple({"offered_qps": p.offered_qps, "latency_us": dict(p.latency_us)} for p in found.curve)
+        points = tuple({"offered_qps": p.offered_qps, "latency_us": dict(p.latency_us)} for p in curve_points)
         host = profile.host
         return HostRun(
-            config=c.name, hierarchy=c.hierarchy_name, qps_at_sla=_finite(found.qps_at_sla),
-            hit_rate=float(profile.hit_rate), bottleneck=found.bottleneck, reason=found.sla.reason,
-            zero_load_us=float(found.sla.zero_load_us), utilization=dict(found.utilization), curve=points,
+            config=c.name, hierarchy=c.hierarchy_name, qps_at_sla=_finite(qps),
+            hit_rate=float(profile.hit_rate), bottleneck=bottleneck, reason=reason,
+            zero_load_us=float(zero_us), utilization=utilization, curve=points,
             host=host.name, cores=host.cores, scm_devices=0 if c.is_baseline else max(1, scm_devices),
             cache_fraction=None if c.is_baseline else c.dram_fraction, factors=dict(factors), seconds=seconds,
             cpu_us_per_request=profile.cpu_ns_per_request() / 1e3, requests_profiled=profile.requests)
@@ -291,12 +336,19 @@ class Measurer:
 
     # -- a scenario's configurations ---------------------------------------------------------
 
-    def resolve(self, s: Scenario, factors: dict | None = None, *, curve: bool = False):
+    def resolve(self, s: Scenario, factors: dict | None = None, *, curve: bool = False,
+                scm_devices: dict | None = None):
         """``(scenario, runs)``: ``s`` with every configuration's per-host QPS and hit rate
-        set, and ``{config name: HostRun}`` for those the host model measured. A
-        configuration with a typed QPS keeps it (``qps_source = "override"``); without a
-        workload every configuration is one."""
-        from sdm.report.fleet import layout
+        set, and ``{config name: HostRun}`` for those the host model measured (an SCM
+        configuration's at its chosen count). A configuration with a typed QPS keeps it
+        (``qps_source = "override"``); without a workload every configuration is one.
+
+        SCM devices per host of each measured SCM configuration: ``scm_devices[name]`` when
+        given (clamped into what its rows need and the host's slots; the sensitivity passes
+        the nominal choice), else chosen by :func:`sdm.report.fleet.choose_scm_devices`, one
+        host-model run per count tried (``scm_devices`` and ``scm_devices_choice`` of the
+        configuration say which and why)."""
+        from sdm.report.fleet import choose_scm_devices, layout
 
         runs: dict = {}
         configs = []
@@ -308,15 +360,29 @@ class Measurer:
             if s.workload is None or c.has_override:
                 configs.append(dataclasses.replace(c, qps_source="override"))
                 continue
-            _, devices, _ = layout(s, c)
-            run = self.run(s, c, scm_devices=devices, factors=factors, curve=curve)
+            _, need, infeasible = layout(s, c)
+            tried: dict = {}
+
+            def measure(d, c=c, tried=tried):
+                tried[d] = self.run(s, c, scm_devices=d, factors=factors, curve=curve)
+                return _measured(c, tried[d])
+
+            if c.is_baseline or infeasible is not None:
+                chosen = measure(need)
+            elif scm_devices is not None and c.name in scm_devices:
+                d = min(max(int(scm_devices[c.name]), need), max(need, s.host.ssd_slots))
+                chosen = dataclasses.replace(measure(d), scm_devices=d, scm_devices_choice={
+                    "chosen": d, "capacity_need": need, "ssd_slots": s.host.ssd_slots, "candidates": [],
+                    "reason": f"{d} x {c.device}: kept from the choice at the nominal inputs (not chosen "
+                              f"again for these)"})
+            else:
+                chosen = choose_scm_devices(s, c, measure)
+            run = tried[need if chosen.scm_devices is None else chosen.scm_devices]
             runs[c.name] = run
             where = (f"sdm.host: {s.workload.describe()}, {c.hierarchy_name}"
                      + ("" if c.is_baseline else f" with {c.device} x {run.scm_devices} and a DRAM cache of "
                                                  f"{c.dram_fraction:g} of the rows"))
             sources[f"configs.{c.name}.qps_per_host"] = f"host model ({where}): QPS at the p99 SLA"
             sources[f"configs.{c.name}.hit_rate"] = f"host model ({where}): warm DRAM hits / distinct rows"
-            configs.append(dataclasses.replace(c, qps_per_host=run.qps_at_sla, qps_ratio=None,
-                                               hit_rate=run.hit_rate, qps_source="host-model",
-                                               bottleneck=run.bottleneck))
+            configs.append(chosen)
         return dataclasses.replace(s, configs=tuple(configs), sources=tuple(sorted(sources.items()))), runs

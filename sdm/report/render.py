@@ -97,11 +97,28 @@ def _host_rows(sc: dict) -> list[list[str]]:
     return rows
 
 
+_CHOICE_HEAD = ["config", "SCM devices/host", "QPS/host", "bottleneck", "hosts", "fleet power", "total cost",
+                "chosen"]
+
+
+def _choice_rows(sc: dict) -> list[list[str]]:
+    rows = []
+    for c in sc["configs"]:
+        choice = c.get("scm_devices_choice") or {}
+        for t in choice.get("candidates", []):
+            rows.append([c["name"], _num(t["devices"]), _num(t["qps_per_host"], "/s"), t["bottleneck"] or "-",
+                         _num(t["hosts"]), _kw(t["power_watts"]), _usd(t["cost_usd"]),
+                         "yes" if t["devices"] == choice["chosen"] else ""])
+    return rows
+
+
 def _explain_lines(sc: dict) -> list[str]:
     out = []
     for x in sc.get("explain", []):
         bound = "; ".join(x["bound_text"])
         line = f"{x['config']}: host count bound by {x['bound']} (DRAM-only by {x['baseline_bound']}): {bound}."
+        if x.get("scm_devices_text"):
+            line += f" SCM devices per host: {x['scm_devices_text']}."
         if x.get("largest_measured_input"):
             line += (f" Of the measured inputs, {x['largest_measured_label']} moves its savings most "
                      f"({100 * x['largest_measured_spread']:.1f} points between -p and +p)")
@@ -147,6 +164,9 @@ def markdown(report: dict) -> str:
             out += [f"Workload of the host model: {sc['workload']}; SLA p99 <= {sc['sla_us']:g} us.", ""]
         out += ["### What bounds it, and what moves it", ""] + [f"- {x}" for x in _explain_lines(sc)] + [""]
         out += ["### Fleet (model estimate)", "", _md_table(_CONFIG_HEAD, _config_rows(sc)), ""]
+        if _choice_rows(sc):
+            out += ["### SCM devices per host: the counts tried (host model), the least fleet power chosen", "",
+                    _md_table(_CHOICE_HEAD, _choice_rows(sc)), ""]
         if sc.get("host_runs"):
             out += ["### Host model (per-host QPS and hit rate of each configuration)", "",
                     _md_table(_HOST_HEAD, _host_rows(sc)), ""]
@@ -205,6 +225,9 @@ def html_page(report: dict, images: dict[str, bytes]) -> str:
         parts += ["<h3>What bounds it, and what moves it</h3><ul>"] + [
             f"<li>{e(x)}</li>" for x in _explain_lines(sc)] + ["</ul>"]
         parts += ["<h3>Fleet (model estimate)</h3>", _h_table(_CONFIG_HEAD, _config_rows(sc))]
+        if _choice_rows(sc):
+            parts += ["<h3>SCM devices per host: the counts tried (host model), the least fleet power chosen</h3>",
+                      _h_table(_CHOICE_HEAD, _choice_rows(sc))]
         if sc.get("host_runs"):
             parts += ["<h3>Host model (per-host QPS and hit rate of each configuration)</h3>",
                       _h_table(_HOST_HEAD, _host_rows(sc))]
@@ -293,7 +316,8 @@ def _plot_size(plt, report):
         ax.set_title(sc["name"], fontsize=9)
     axes[0][0].set_ylabel("power savings vs DRAM-only (%)")
     axes[0][0].legend(fontsize=7)
-    fig.suptitle("Savings versus model size, everything else as in each scenario (model estimate)", fontsize=10)
+    fig.suptitle("Savings versus model size: the host model at each size's SCM devices per host, everything "
+                 "else as in each scenario (model estimate)", fontsize=9)
     fig.tight_layout()
     return fig
 

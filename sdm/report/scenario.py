@@ -211,6 +211,10 @@ class ConfigSpec:
     qps_source: str = "override"
     bottleneck: str | None = None     # the host model's, for its QPS (None: an override)
     measured_by: str | None = None    # a replay result that gave the QPS and hit rate (not re-run)
+    # SCM devices per host the fleet bills (None: what holding the rows needs) and how they were
+    # chosen (sdm.report.fleet.choose_scm_devices); set by the host model's resolve step
+    scm_devices: int | None = None
+    scm_devices_choice: dict | None = None
 
     @property
     def is_baseline(self) -> bool:
