@@ -296,7 +296,7 @@ def test_int8_against_torch_byte_rowwise(weighted):
 
 @pytest.mark.parametrize("fmt", sdm.ROW_FORMATS)
 @pytest.mark.parametrize("weighted", [False, True])
-@pytest.mark.parametrize("dim", [16, 100])
+@pytest.mark.parametrize("dim", [16, 64, 100])
 def test_a_bag_pools_bitwise_alike_in_any_batch(fmt, weighted, dim):
     # A big batch runs the parallel driver (2+ threads); one bag alone runs the serial core.
     # A pooled-embedding cache pools its misses as a smaller batch, so the two must agree
@@ -314,3 +314,26 @@ def test_a_bag_pools_bitwise_alike_in_any_batch(fmt, weighted, dim):
         one = sdm.embedding_bag(table, indices[a:e], np.array([0, e - a]), fmt=fmt, dim=dim,
                                 per_sample_weights=None if weights is None else weights[a:e])
         np.testing.assert_array_equal(one[0], big[b])
+
+
+@given(fmt=st.sampled_from(sdm.ROW_FORMATS), weighted=st.booleans(), mode=st.sampled_from(["sum", "mean"]),
+       lens=st.lists(st.integers(0, 11), min_size=1, max_size=9), seed=st.integers(0, 2**31 - 1))
+def test_dim_64_copy_rounds_like_the_generic_one(fmt, weighted, mode, lens, seed):
+    # dim 64 runs its own compiled copy of the bag loop (width and flags constant); dim 128 runs
+    # the generic one, tile by tile. The first 64 columns of a dim-128 table pool to the same bits.
+    rng = np.random.default_rng(seed)
+    wide = rng.standard_normal((50, 128)).astype(np.float32)
+    narrow = np.ascontiguousarray(wide[:, :64])
+    if fmt == "int8":  # the scale and bias come from the whole row: quantize the narrow rows, pad
+        t64 = sdm.quantize_rows(narrow, "int8")
+        codes = np.concatenate([t64[:, :64], t64[:, :64]], axis=1)
+        t128 = np.concatenate([codes, t64[:, 64:]], axis=1)
+    else:
+        t64 = sdm.formats.typed_rows(sdm.quantize_rows(narrow, fmt), fmt)
+        t128 = sdm.formats.typed_rows(sdm.quantize_rows(wide, fmt), fmt)
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    ids = rng.integers(0, 50, int(offsets[-1]))
+    w = rng.uniform(-2, 2, len(ids)).astype(np.float32) if weighted else None
+    a = sdm.embedding_bag(t64, ids, offsets, fmt=fmt, dim=64, mode=mode, per_sample_weights=w)
+    b = sdm.embedding_bag(t128, ids, offsets, fmt=fmt, dim=128, mode=mode, per_sample_weights=w)
+    np.testing.assert_array_equal(a.view(np.uint32), b[:, :64].view(np.uint32))
