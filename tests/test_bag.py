@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -14,9 +15,21 @@ from hypothesis import strategies as st
 import peers
 import sdm
 from sdm.errors import IdOutOfRangeError, InvalidArgumentError, InvalidOffsetsError
+from sdm.kernels import pooling
 from sdm.kernels.pooling import pool
 
 SENTINEL = np.float32(-12345.5)
+
+
+@contextlib.contextmanager
+def prefetch_variant(every_line: bool):
+    """Run the kernels' ``every_line`` prefetch variant, whichever this CPU would choose."""
+    before = pooling.PREFETCH_EVERY_LINE
+    pooling.PREFETCH_EVERY_LINE = every_line
+    try:
+        yield
+    finally:
+        pooling.PREFETCH_EVERY_LINE = before
 
 
 class Rows(np.ndarray):
@@ -81,6 +94,7 @@ def bag_cases(draw):
         idx_dtype=draw(st.sampled_from([np.int32, np.int64])),
         mode=draw(st.sampled_from(["sum", "mean"])),
         weighted=draw(st.booleans()),
+        every_line=draw(st.booleans()),
         seed=draw(st.integers(0, 2**31 - 1)),
     )
 
@@ -97,8 +111,9 @@ def test_matches_reference(case):
 
     # write through a view of a bigger buffer: nothing may land past the output
     buf = np.full((nbags + 3, case["dim"]), SENTINEL, dtype=np.float32)
-    got = sdm.embedding_bag(table, ids, offsets, fmt=case["fmt"], mode=case["mode"],
-                            per_sample_weights=weights, out=buf[:nbags])
+    with prefetch_variant(case["every_line"]):
+        got = sdm.embedding_bag(table, ids, offsets, fmt=case["fmt"], mode=case["mode"],
+                                per_sample_weights=weights, out=buf[:nbags])
     ref, mag = reference_bag(rows, ids, offsets, weights, case["mode"])
     assert got.shape == (nbags, case["dim"]) and got.dtype == np.float32
     assert_close(got, ref, mag)
@@ -116,7 +131,8 @@ def test_matches_reference(case):
 
 @pytest.mark.parametrize("fmt", sdm.ROW_FORMATS)
 @pytest.mark.parametrize("threads", [1, 2])
-def test_large_batch_all_threads(fmt, threads):
+@pytest.mark.parametrize("every_line", [False, True])
+def test_large_batch_all_threads(fmt, threads, every_line):
     """Many bags over several chunks, prefetch running ahead across bag boundaries."""
     rng = np.random.default_rng(7)
     table, rows = make_table(rng, 5000, 64, fmt)
@@ -126,7 +142,8 @@ def test_large_batch_all_threads(fmt, threads):
     before = numba.get_num_threads()
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     try:
-        got = sdm.embedding_bag(table, ids, offsets, fmt=fmt)
+        with prefetch_variant(every_line):
+            got = sdm.embedding_bag(table, ids, offsets, fmt=fmt)
     finally:
         numba.set_num_threads(before)
     ref, mag = reference_bag(rows, ids, offsets, None, "sum")
@@ -337,3 +354,32 @@ def test_dim_64_copy_rounds_like_the_generic_one(fmt, weighted, mode, lens, seed
     a = sdm.embedding_bag(t64, ids, offsets, fmt=fmt, dim=64, mode=mode, per_sample_weights=w)
     b = sdm.embedding_bag(t128, ids, offsets, fmt=fmt, dim=128, mode=mode, per_sample_weights=w)
     np.testing.assert_array_equal(a.view(np.uint32), b[:, :64].view(np.uint32))
+
+
+@given(fmt=st.sampled_from(sdm.ROW_FORMATS), dim=st.sampled_from([1, 3, 16, 17, 64, 65, 128]),
+       weighted=st.booleans(), mean=st.booleans(), threads=st.sampled_from([1, 2]),
+       lens=st.lists(st.integers(0, 60), min_size=1, max_size=80), seed=st.integers(0, 2**31 - 1))
+def test_prefetch_variants_pool_the_same_bits(fmt, dim, weighted, mean, threads, lens, seed):
+    # The CPU-chosen variants differ in prefetch hints only (sdm.kernels.cpu.gather_variant).
+    rng = np.random.default_rng(seed)
+    table, _ = make_table(rng, 300, dim, fmt)
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    ids = rng.integers(0, 300, int(offsets[-1]))
+    w = rng.uniform(-2, 2, len(ids)).astype(np.float32) if weighted else None
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        a, b = [pool(table, ids, offsets, w, mean, fmt, np.empty((len(lens), dim), np.float32),
+                     every_line=e) for e in (False, True)]
+    finally:
+        numba.set_num_threads(before)
+    np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+def test_gather_variant_is_chosen_from_the_cpu():
+    from sdm.kernels.cpu import HostCpu, gather_variant, host_cpu, vector_isa
+    assert gather_variant(HostCpu("znver3", {"avx2", "fma"}))["prefetch_every_line"]
+    assert not gather_variant(HostCpu("sapphirerapids", {"avx512f"}))["prefetch_every_line"]
+    assert pooling.PREFETCH_EVERY_LINE == gather_variant(host_cpu())["prefetch_every_line"]
+    assert vector_isa(HostCpu("znver3", {"avx", "avx2", "fma"})).startswith("AVX2 + FMA (256-bit)")
+    assert vector_isa(HostCpu("x", {"avx512f", "avx512bw"})).startswith("AVX-512 (512-bit) bw")

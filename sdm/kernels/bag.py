@@ -11,6 +11,7 @@ All drivers share one contract and trust their inputs (validated by
 * ``weights``: ``(nnz,)`` float32 per-sample weights; read only when ``weighted``.
 * ``mean``: divide each non-empty bag by its length.
 * ``out``: ``(B, dim)`` float32 C-contiguous, fully overwritten (empty bags -> zeros).
+* ``every_line``: the prefetch variant (below); it changes speed only, never the result.
 
 How they are fast (the gather is memory-bound: keep many row loads in flight, keep the
 arithmetic and bookkeeping off the critical path):
@@ -29,7 +30,11 @@ arithmetic and bookkeeping off the critical path):
   bitwise the same whatever the batch around it (a pooled-embedding cache relies on it).
   The column loop vectorizes without them: its lanes are independent columns.
 * A software prefetch (``llvm.prefetch``, an intrinsic below) fetches the row ``_PREFETCH``
-  lookups ahead, across bag boundaries, so DRAM latency overlaps the work on current rows.
+  lookups ahead, across bag boundaries, so DRAM latency overlaps the work on current rows:
+  its first and last line (:func:`prefetch_row`) or, with ``every_line``, each line of a row
+  up to ``_EVERY_LINE_BYTES`` long. The drivers take ``every_line`` as an argument; the caller
+  passes the variant :func:`sdm.kernels.cpu.gather_variant` picks for the CPU (every line on
+  AMD Zen 3, where it is measurably faster). Prefetches are hints: the sums are the same bits.
 * fp16 is widened with ``vcvtph2ps`` (an ``fpext`` intrinsic); int8 rows are dequantized in the
   loop as ``sum_k (w_k s_k) q_k`` per column plus the scalar ``sum_k w_k b_k`` once per bag.
 
@@ -55,6 +60,7 @@ _FASTMATH = {"nnan", "ninf", "nsz", "arcp"}
 _GROUP = 4  # rows added per pass over the columns (the unrolled body below has 4 slots)
 _PREFETCH = 16  # lookups ahead to prefetch; ~ DRAM latency / time per row
 _TILE = 512  # columns summed per pass; the stack accumulator holds one tile (2 KiB)
+_EVERY_LINE_BYTES = 256  # rows up to this long prefetch every line when asked (every_line)
 
 
 # -- tiny intrinsics, each with a plain-Python twin so NUMBA_DISABLE_JIT=1 still runs ----------
@@ -134,6 +140,18 @@ def _ol_prefetch_row(table, row, nbytes):
     return impl
 
 
+@jit(inline="always")
+def _prefetch_bag_row(table, row, nbytes, every_line):
+    """:func:`prefetch_row`, or with ``every_line`` each 64-byte line of a row up to
+    ``_EVERY_LINE_BYTES`` long (the row may start anywhere in a line: its last byte too)."""
+    if every_line and nbytes <= _EVERY_LINE_BYTES:
+        for byte in range(0, nbytes - 1, 64):
+            _prefetch_line(table, row, byte)
+        _prefetch_line(table, row, nbytes - 1)
+    else:
+        prefetch_row(table, row, nbytes)
+
+
 def stack_f32(n):
     """A ``(n,) float32`` scratch array (on the stack when compiled; ``n`` must be a constant)."""
     return np.empty(n, dtype=np.float32)
@@ -199,14 +217,15 @@ _WIDE = 64
 
 
 @jit(inline="always", fastmath=_FASTMATH)
-def _fp32_tile(table, indices, weights, weighted, start, end, j0, width, acc, prefetch, nnz, row_nbytes):
+def _fp32_tile(table, indices, weights, weighted, start, end, j0, width, acc, prefetch, every_line, nnz,
+               row_nbytes):
     for j in range(width):
         acc[j] = 0.0
     k = start
     while k + _GROUP <= end:
         if prefetch and k + _PREFETCH + _GROUP <= nnz:
             for p in range(_GROUP):
-                prefetch_row(table, indices[np.uint64(k + _PREFETCH + p)], row_nbytes)
+                _prefetch_bag_row(table, indices[np.uint64(k + _PREFETCH + p)], row_nbytes, every_line)
         r0 = np.uint64(indices[np.uint64(k)])
         r1 = np.uint64(indices[np.uint64(k + 1)])
         r2 = np.uint64(indices[np.uint64(k + 2)])
@@ -226,7 +245,7 @@ def _fp32_tile(table, indices, weights, weighted, start, end, j0, width, acc, pr
         k += _GROUP
     while k < end:
         if prefetch and k + _PREFETCH < nnz:
-            prefetch_row(table, indices[np.uint64(k + _PREFETCH)], row_nbytes)
+            _prefetch_bag_row(table, indices[np.uint64(k + _PREFETCH)], row_nbytes, every_line)
         r0 = np.uint64(indices[np.uint64(k)])
         w0 = weights[np.uint64(k)] if weighted else np.float32(1.0)
         for j in range(width):
@@ -235,14 +254,15 @@ def _fp32_tile(table, indices, weights, weighted, start, end, j0, width, acc, pr
 
 
 @jit(inline="always", fastmath=_FASTMATH)
-def _fp16_tile(table, indices, weights, weighted, start, end, j0, width, acc, prefetch, nnz, row_nbytes):
+def _fp16_tile(table, indices, weights, weighted, start, end, j0, width, acc, prefetch, every_line, nnz,
+               row_nbytes):
     for j in range(width):
         acc[j] = 0.0
     k = start
     while k + _GROUP <= end:
         if prefetch and k + _PREFETCH + _GROUP <= nnz:
             for p in range(_GROUP):
-                prefetch_row(table, indices[np.uint64(k + _PREFETCH + p)], row_nbytes)
+                _prefetch_bag_row(table, indices[np.uint64(k + _PREFETCH + p)], row_nbytes, every_line)
         r0 = np.uint64(indices[np.uint64(k)])
         r1 = np.uint64(indices[np.uint64(k + 1)])
         r2 = np.uint64(indices[np.uint64(k + 2)])
@@ -264,7 +284,7 @@ def _fp16_tile(table, indices, weights, weighted, start, end, j0, width, acc, pr
         k += _GROUP
     while k < end:
         if prefetch and k + _PREFETCH < nnz:
-            prefetch_row(table, indices[np.uint64(k + _PREFETCH)], row_nbytes)
+            _prefetch_bag_row(table, indices[np.uint64(k + _PREFETCH)], row_nbytes, every_line)
         r0 = np.uint64(indices[np.uint64(k)])
         w0 = weights[np.uint64(k)] if weighted else np.float32(1.0)
         for j in range(width):
@@ -285,7 +305,7 @@ def _int8_scale_bias(table, r, dim):
 
 
 @jit(inline="always", fastmath=_FASTMATH)
-def _int8_tile(table, indices, weights, weighted, start, end, j0, width, acc, prefetch, nnz, dim):
+def _int8_tile(table, indices, weights, weighted, start, end, j0, width, acc, prefetch, every_line, nnz, dim):
     """Sum ``(w s) q`` over the bag into ``acc``; return ``sum w * bias`` (same for every column)."""
     for j in range(width):
         acc[j] = 0.0
@@ -295,7 +315,7 @@ def _int8_tile(table, indices, weights, weighted, start, end, j0, width, acc, pr
     while k + _GROUP <= end:
         if prefetch and k + _PREFETCH + _GROUP <= nnz:
             for p in range(_GROUP):
-                prefetch_row(table, indices[np.uint64(k + _PREFETCH + p)], row_nbytes)
+                _prefetch_bag_row(table, indices[np.uint64(k + _PREFETCH + p)], row_nbytes, every_line)
         r0 = np.uint64(indices[np.uint64(k)])
         r1 = np.uint64(indices[np.uint64(k + 1)])
         r2 = np.uint64(indices[np.uint64(k + 2)])
@@ -325,7 +345,7 @@ def _int8_tile(table, indices, weights, weighted, start, end, j0, width, acc, pr
         k += _GROUP
     while k < end:
         if prefetch and k + _PREFETCH < nnz:
-            prefetch_row(table, indices[np.uint64(k + _PREFETCH)], row_nbytes)
+            _prefetch_bag_row(table, indices[np.uint64(k + _PREFETCH)], row_nbytes, every_line)
         r0 = np.uint64(indices[np.uint64(k)])
         s0, c0 = _int8_scale_bias(table, r0, dim)
         if weighted:
@@ -339,18 +359,18 @@ def _int8_tile(table, indices, weights, weighted, start, end, j0, width, acc, pr
 
 
 @jit(fastmath=_FASTMATH)
-def _fp32_range(table, indices, offsets, weights, weighted, mean, out, b0, b1):
+def _fp32_range(table, indices, offsets, weights, weighted, mean, out, b0, b1, every_line):
     dim = out.shape[1]
     if dim == _WIDE and weighted:  # width and flags as constants: see "Specialized" above
-        _fp32_bags(table, indices, offsets, weights, True, mean, out, b0, b1, _WIDE)
+        _fp32_bags(table, indices, offsets, weights, True, mean, out, b0, b1, _WIDE, every_line)
     elif dim == _WIDE:
-        _fp32_bags(table, indices, offsets, weights, False, mean, out, b0, b1, _WIDE)
+        _fp32_bags(table, indices, offsets, weights, False, mean, out, b0, b1, _WIDE, every_line)
     else:
-        _fp32_bags(table, indices, offsets, weights, weighted, mean, out, b0, b1, dim)
+        _fp32_bags(table, indices, offsets, weights, weighted, mean, out, b0, b1, dim, every_line)
 
 
 @jit(inline="always", fastmath=_FASTMATH)
-def _fp32_bags(table, indices, offsets, weights, weighted, mean, out, b0, b1, dim):
+def _fp32_bags(table, indices, offsets, weights, weighted, mean, out, b0, b1, dim, every_line):
     nnz = offsets[offsets.shape[0] - 1]
     row_nbytes = dim * 4
     wide = stack_f32(_WIDE)  # only constant indices after unrolling: promoted to registers
@@ -361,31 +381,33 @@ def _fp32_bags(table, indices, offsets, weights, weighted, mean, out, b0, b1, di
         inv = np.float32(1.0) / np.float32(end - start) if mean and end > start else np.float32(1.0)
         j0 = 0
         while j0 + _WIDE <= dim:
-            _fp32_tile(table, indices, weights, weighted, start, end, j0, _WIDE, wide, j0 == 0, nnz, row_nbytes)
+            _fp32_tile(table, indices, weights, weighted, start, end, j0, _WIDE, wide, j0 == 0, every_line, nnz,
+                       row_nbytes)
             for j in range(_WIDE):
                 out[b, np.uint64(j0 + j)] = wide[j] * inv
             j0 += _WIDE
         while j0 < dim:
             jn = min(_TILE, dim - j0)
-            _fp32_tile(table, indices, weights, weighted, start, end, j0, jn, acc, j0 == 0, nnz, row_nbytes)
+            _fp32_tile(table, indices, weights, weighted, start, end, j0, jn, acc, j0 == 0, every_line, nnz,
+                       row_nbytes)
             for j in range(jn):
                 out[b, np.uint64(j0 + j)] = acc[j] * inv
             j0 += jn
 
 
 @jit(fastmath=_FASTMATH)
-def _fp16_range(table, indices, offsets, weights, weighted, mean, out, b0, b1):
+def _fp16_range(table, indices, offsets, weights, weighted, mean, out, b0, b1, every_line):
     dim = out.shape[1]
     if dim == _WIDE and weighted:  # width and flags as constants: see "Specialized" above
-        _fp16_bags(table, indices, offsets, weights, True, mean, out, b0, b1, _WIDE)
+        _fp16_bags(table, indices, offsets, weights, True, mean, out, b0, b1, _WIDE, every_line)
     elif dim == _WIDE:
-        _fp16_bags(table, indices, offsets, weights, False, mean, out, b0, b1, _WIDE)
+        _fp16_bags(table, indices, offsets, weights, False, mean, out, b0, b1, _WIDE, every_line)
     else:
-        _fp16_bags(table, indices, offsets, weights, weighted, mean, out, b0, b1, dim)
+        _fp16_bags(table, indices, offsets, weights, weighted, mean, out, b0, b1, dim, every_line)
 
 
 @jit(inline="always", fastmath=_FASTMATH)
-def _fp16_bags(table, indices, offsets, weights, weighted, mean, out, b0, b1, dim):
+def _fp16_bags(table, indices, offsets, weights, weighted, mean, out, b0, b1, dim, every_line):
     nnz = offsets[offsets.shape[0] - 1]
     row_nbytes = dim * 2
     wide = stack_f32(_WIDE)
@@ -396,31 +418,33 @@ def _fp16_bags(table, indices, offsets, weights, weighted, mean, out, b0, b1, di
         inv = np.float32(1.0) / np.float32(end - start) if mean and end > start else np.float32(1.0)
         j0 = 0
         while j0 + _WIDE <= dim:
-            _fp16_tile(table, indices, weights, weighted, start, end, j0, _WIDE, wide, j0 == 0, nnz, row_nbytes)
+            _fp16_tile(table, indices, weights, weighted, start, end, j0, _WIDE, wide, j0 == 0, every_line, nnz,
+                       row_nbytes)
             for j in range(_WIDE):
                 out[b, np.uint64(j0 + j)] = wide[j] * inv
             j0 += _WIDE
         while j0 < dim:
             jn = min(_TILE, dim - j0)
-            _fp16_tile(table, indices, weights, weighted, start, end, j0, jn, acc, j0 == 0, nnz, row_nbytes)
+            _fp16_tile(table, indices, weights, weighted, start, end, j0, jn, acc, j0 == 0, every_line, nnz,
+                       row_nbytes)
             for j in range(jn):
                 out[b, np.uint64(j0 + j)] = acc[j] * inv
             j0 += jn
 
 
 @jit(fastmath=_FASTMATH)
-def _int8_range(table, indices, offsets, weights, weighted, mean, out, b0, b1):
+def _int8_range(table, indices, offsets, weights, weighted, mean, out, b0, b1, every_line):
     dim = out.shape[1]
     if dim == _WIDE and weighted:  # width and flags as constants: see "Specialized" above
-        _int8_bags(table, indices, offsets, weights, True, mean, out, b0, b1, _WIDE)
+        _int8_bags(table, indices, offsets, weights, True, mean, out, b0, b1, _WIDE, every_line)
     elif dim == _WIDE:
-        _int8_bags(table, indices, offsets, weights, False, mean, out, b0, b1, _WIDE)
+        _int8_bags(table, indices, offsets, weights, False, mean, out, b0, b1, _WIDE, every_line)
     else:
-        _int8_bags(table, indices, offsets, weights, weighted, mean, out, b0, b1, dim)
+        _int8_bags(table, indices, offsets, weights, weighted, mean, out, b0, b1, dim, every_line)
 
 
 @jit(inline="always", fastmath=_FASTMATH)
-def _int8_bags(table, indices, offsets, weights, weighted, mean, out, b0, b1, dim):
+def _int8_bags(table, indices, offsets, weights, weighted, mean, out, b0, b1, dim, every_line):
     nnz = offsets[offsets.shape[0] - 1]
     wide = stack_f32(_WIDE)
     acc = stack_f32(_TILE)
@@ -430,13 +454,15 @@ def _int8_bags(table, indices, offsets, weights, weighted, mean, out, b0, b1, di
         inv = np.float32(1.0) / np.float32(end - start) if mean and end > start else np.float32(1.0)
         j0 = 0
         while j0 + _WIDE <= dim:
-            bias = _int8_tile(table, indices, weights, weighted, start, end, j0, _WIDE, wide, j0 == 0, nnz, dim)
+            bias = _int8_tile(table, indices, weights, weighted, start, end, j0, _WIDE, wide, j0 == 0,
+                              every_line, nnz, dim)
             for j in range(_WIDE):
                 out[b, np.uint64(j0 + j)] = (wide[j] + bias) * inv
             j0 += _WIDE
         while j0 < dim:
             jn = min(_TILE, dim - j0)
-            bias = _int8_tile(table, indices, weights, weighted, start, end, j0, jn, acc, j0 == 0, nnz, dim)
+            bias = _int8_tile(table, indices, weights, weighted, start, end, j0, jn, acc, j0 == 0,
+                              every_line, nnz, dim)
             for j in range(jn):
                 out[b, np.uint64(j0 + j)] = (acc[j] + bias) * inv
             j0 += jn
@@ -465,33 +491,33 @@ def bags_valid(indices, offsets, num_rows):
 # embeds a ctypes pointer, which makes the kernel uncacheable.
 
 @pjit
-def bag_fp32(table, indices, offsets, weights, weighted, mean, out, nthreads):
+def bag_fp32(table, indices, offsets, weights, weighted, mean, out, every_line, nthreads):
     """Pool float32 rows; see the module docstring for the contract. Returns ``out``."""
     nbags = out.shape[0]
     nchunks = max(1, min(nthreads, nbags))
     for c in prange(nchunks):
         _fp32_range(table, indices, offsets, weights, weighted, mean, out,
-                    c * nbags // nchunks, (c + 1) * nbags // nchunks)
+                    c * nbags // nchunks, (c + 1) * nbags // nchunks, every_line)
     return out
 
 
 @pjit
-def bag_fp16(table, indices, offsets, weights, weighted, mean, out, nthreads):
+def bag_fp16(table, indices, offsets, weights, weighted, mean, out, every_line, nthreads):
     """Pool half rows given as ``(n, dim)`` uint16 bits, widened to float32 in the loop."""
     nbags = out.shape[0]
     nchunks = max(1, min(nthreads, nbags))
     for c in prange(nchunks):
         _fp16_range(table, indices, offsets, weights, weighted, mean, out,
-                    c * nbags // nchunks, (c + 1) * nbags // nchunks)
+                    c * nbags // nchunks, (c + 1) * nbags // nchunks, every_line)
     return out
 
 
 @pjit
-def bag_int8(table, indices, offsets, weights, weighted, mean, out, nthreads):
+def bag_int8(table, indices, offsets, weights, weighted, mean, out, every_line, nthreads):
     """Pool fused int8 rows ``(n, dim + 8) uint8``, dequantized inside the loop."""
     nbags = out.shape[0]
     nchunks = max(1, min(nthreads, nbags))
     for c in prange(nchunks):
         _int8_range(table, indices, offsets, weights, weighted, mean, out,
-                    c * nbags // nchunks, (c + 1) * nbags // nchunks)
+                    c * nbags // nchunks, (c + 1) * nbags // nchunks, every_line)
     return out

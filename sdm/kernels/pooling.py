@@ -11,6 +11,7 @@ from sdm.formats import INT8_TAIL_BYTES, check_format, row_bytes
 from sdm.validate import as_array, check_choice, check_id_array, check_int
 from sdm.kernels.bag import (_fp16_range, _fp32_range, _int8_range, bag_fp16, bag_fp32, bag_int8,
                              bags_valid)
+from sdm.kernels.cpu import gather_variant, host_cpu
 from sdm.kernels.jit import jit
 
 __all__ = ["embedding_bag", "check_bags", "check_ids", "check_offsets", "check_weights", "POOLING_MODES"]
@@ -186,25 +187,32 @@ _KERNELS = {"fp32": (_fp32_range, bag_fp32), "fp16": (_fp16_range, bag_fp16),
 # Below this many lookups one thread finishes before a parallel region would have started
 # (launching one costs a few microseconds; a lookup costs 5-50 ns).
 SERIAL_BELOW_LOOKUPS = 1024
+# The kernels' tuned variant for this CPU (sdm.kernels.cpu.gather_variant), passed to them as
+# arguments: prefetch every line of each row, or its first and last line.
+PREFETCH_EVERY_LINE = gather_variant(host_cpu())["prefetch_every_line"]
 
 
-def pool(table, indices, offsets, weights, mean, fmt, out):
+def pool(table, indices, offsets, weights, mean, fmt, out, *, every_line=None):
     """Dispatch to the kernel for ``fmt`` on already-validated arrays (internal fast path).
 
     Same arrays as :func:`embedding_bag` after validation (``indices`` int32/int64,
     ``offsets`` int64, ``weights`` float32 or None, ``out`` ``(B, dim)`` float32 C-contiguous);
     returns ``out``. Runs on ``numba.get_num_threads()`` threads, or serially for small batches.
+    ``every_line`` overrides this CPU's prefetch variant (:data:`PREFETCH_EVERY_LINE`; tests
+    run both); the pooled values are the same bits either way.
     """
+    if every_line is None:
+        every_line = PREFETCH_EVERY_LINE
     weighted = weights is not None
     w = weights if weighted else _NO_WEIGHTS
     if fmt == "fp16":  # Numba has no float16 arrays: the kernel widens the raw bits itself
         table = table.view(np.uint16)
     core, driver = _KERNELS[fmt]
     if indices.shape[0] < SERIAL_BELOW_LOOKUPS:  # first: get_num_threads costs a few us
-        core(table, indices, offsets, w, weighted, mean, out, 0, out.shape[0])
+        core(table, indices, offsets, w, weighted, mean, out, 0, out.shape[0], every_line)
         return out
     nthreads = numba.get_num_threads()
     if nthreads == 1:
-        core(table, indices, offsets, w, weighted, mean, out, 0, out.shape[0])
+        core(table, indices, offsets, w, weighted, mean, out, 0, out.shape[0], every_line)
         return out
-    return driver(table, indices, offsets, w, weighted, mean, out, nthreads)
+    return driver(table, indices, offsets, w, weighted, mean, out, every_line, nthreads)
