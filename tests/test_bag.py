@@ -383,3 +383,45 @@ def test_gather_variant_is_chosen_from_the_cpu():
     assert pooling.PREFETCH_EVERY_LINE == gather_variant(host_cpu())["prefetch_every_line"]
     assert vector_isa(HostCpu("znver3", {"avx", "avx2", "fma"})).startswith("AVX2 + FMA (256-bit)")
     assert vector_isa(HostCpu("x", {"avx512f", "avx512bw"})).startswith("AVX-512 (512-bit) bw")
+
+
+@given(fmt=st.sampled_from(sdm.ROW_FORMATS), dim=st.sampled_from([1, 5, 64, 100]),
+       idx_dtype=st.sampled_from([np.int32, np.int64]), threads=st.sampled_from([1, 2]),
+       weighted=st.booleans(), n=st.integers(1, 30),
+       lens=st.lists(st.integers(0, 40), min_size=1, max_size=60), data=st.data())
+def test_kernel_id_check_raises_exactly_when_an_id_is_out_of_range(fmt, dim, idx_dtype, threads, weighted,
+                                                                    n, lens, data):
+    # embedding_bag leaves the range check of plain int32/int64 ids to the kernel (check=True):
+    # it must raise naming a bad id, never read past the table, and otherwise pool the same bits
+    # as the trusted path (check=False).
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**31 - 1)))
+    table, _ = make_table(rng, n, dim, fmt)
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    nnz = int(offsets[-1])
+    lo, hi = np.iinfo(idx_dtype).min, np.iinfo(idx_dtype).max
+    bad_values = st.one_of(st.integers(n, hi), st.integers(lo, -1))
+    ids = rng.integers(0, n, nnz).astype(idx_dtype)
+    for pos in data.draw(st.lists(st.integers(0, max(nnz - 1, 0)), max_size=3 if nnz else 0)):
+        ids[pos] = data.draw(bad_values)
+    w = rng.uniform(-2, 2, nnz).astype(np.float32) if weighted else None
+    bad = ((ids < 0) | (ids >= n)).any()
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        if bad:
+            named = int(ids.min()) if ids.min() < 0 else int(ids.max())  # as check_ids names it
+            with pytest.raises(IdOutOfRangeError, match=f"index {named} is"):
+                sdm.embedding_bag(table, ids, offsets, fmt=fmt, dim=dim, per_sample_weights=w)
+        else:
+            got = sdm.embedding_bag(table, ids, offsets, fmt=fmt, dim=dim, per_sample_weights=w)
+            want = pool(table, ids, offsets, w, False, fmt, np.empty_like(got))
+            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    finally:
+        numba.set_num_threads(before)
+
+
+def test_kernel_id_check_on_an_empty_table():
+    table = np.zeros((0, 4), dtype=np.float32)
+    assert sdm.embedding_bag(table, np.empty(0, np.int64), np.array([0, 0])).shape == (1, 4)
+    with pytest.raises(IdOutOfRangeError, match="0"):
+        sdm.embedding_bag(table, np.array([0], np.int64), np.array([0, 1]))
