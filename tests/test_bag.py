@@ -336,8 +336,9 @@ def test_a_bag_pools_bitwise_alike_in_any_batch(fmt, weighted, dim):
 @given(fmt=st.sampled_from(sdm.ROW_FORMATS), weighted=st.booleans(), mode=st.sampled_from(["sum", "mean"]),
        lens=st.lists(st.integers(0, 11), min_size=1, max_size=9), seed=st.integers(0, 2**31 - 1))
 def test_dim_64_copy_rounds_like_the_generic_one(fmt, weighted, mode, lens, seed):
-    # dim 64 runs its own compiled copy of the bag loop (width and flags constant); dim 128 runs
-    # the generic one, tile by tile. The first 64 columns of a dim-128 table pool to the same bits.
+    # dim 64 unweighted runs its own compiled copy of the bag loop (width and flags constant);
+    # dim 128 runs the generic one, tile by tile. The first 64 columns of a dim-128 table pool
+    # to the same bits.
     rng = np.random.default_rng(seed)
     wide = rng.standard_normal((50, 128)).astype(np.float32)
     narrow = np.ascontiguousarray(wide[:, :64])
