@@ -54,7 +54,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from sdm.host.blas import _openblas  # noqa: E402 (numpy's OpenBLAS thread calls, found once)
 from sdm.model import DLRM, ModelPreset, Profiler  # noqa: E402
-from machine import cpu_line  # noqa: E402 (bench/machine.py)
+from machine import cpu_line, isa_line  # noqa: E402 (bench/machine.py)
 
 try:
     import torch
@@ -213,7 +213,8 @@ def machine() -> str:
     blas = "OpenBLAS (numpy wheel)" if _openblas() else "numpy BLAS"
     tv = torch.__version__ if torch is not None else "absent"
     return (f"{cpu_line()}; Python {platform.python_version()}, numpy {np.__version__} "
-            f"({blas}), numba {numba.__version__} ({numba.threading_layer()}), torch {tv}; commit {commit}")
+            f"({blas}), numba {numba.__version__} ({numba.threading_layer()}), torch {tv}; commit {commit}\n"
+            f"{isa_line()}")
 
 
 def render(results: list, args) -> str:

@@ -15,7 +15,9 @@ ranks scattered over the table by a fixed permutation, so hot rows are not neigh
 Every timed call gets a different pre-generated batch: a batch repeated call after call sits
 in the CPU caches and flatters every contender. The figure per case is the median over
 ``--reps`` calls; the 10th percentile is printed too, since on a shared machine the median of
-a 2-thread run mostly measures who else holds a core. Run::
+a 2-thread run mostly measures who else holds a core, and so is the median over rounds of each
+call's time over its peer's call in the same round (``paired``), which holds up better while
+other jobs load the machine. Run::
 
     .venv/bin/python bench/bench_gather.py            # 1M x 64, B = 2048, pool 20
     .venv/bin/python bench/bench_gather.py --quick    # toy size smoke test
@@ -44,7 +46,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import sdm  # noqa: E402
-from machine import cpu_line  # noqa: E402 (bench/machine.py)
+from machine import cpu_line, isa_line  # noqa: E402 (bench/machine.py)
 from sdm.kernels.dedup import unique_inverse  # noqa: E402
 from sdm.kernels.pooling import pool  # noqa: E402
 
@@ -126,10 +128,12 @@ def set_threads(n: int) -> None:
 
 
 def run_case(contenders, batches, reps: int, numpy_every: int):
-    """Seconds per call of each contender (median, 10th percentile), calls interleaved, a
-    fresh batch each call."""
+    """Seconds per call of each contender (median, 10th percentile) and, per round, the
+    call's time over its peer's in the same round (median of those ratios); calls
+    interleaved, a fresh batch each call."""
     names = list(contenders)
     times = {n: [] for n in names}
+    rounds = {n: [] for n in names}  # (round, seconds)
     nb = len(batches)
     for n in names:  # warm-up: compile, first touch of the threads
         for i in range(3):
@@ -145,7 +149,16 @@ def run_case(contenders, batches, reps: int, numpy_every: int):
             t0 = time.perf_counter()
             contenders[n][1](ids)
             times[n].append(time.perf_counter() - t0)
-    return {n: (float(np.median(v)), float(np.percentile(v, 10))) for n, v in times.items()}
+            rounds[n].append((r, times[n][-1]))
+    res = {}
+    for n, v in times.items():
+        peer = contenders[n][2]
+        paired = float("nan")
+        if peer in rounds:
+            by_round = dict(rounds[peer])
+            paired = float(np.median([t / by_round[r] for r, t in rounds[n] if r in by_round]))
+        res[n] = (float(np.median(v)), float(np.percentile(v, 10)), paired)
+    return res
 
 
 def machine() -> str:
@@ -155,7 +168,8 @@ def machine() -> str:
         except OSError:
             return "?"
     commit = sh("git -C %s rev-parse --short HEAD" % os.path.dirname(os.path.abspath(__file__)))
-    return (f"{cpu_line()}\n{sh('uname -a')}\nnproc {sh('nproc')}; {platform.python_version()}; numba {numba.__version__}; "
+    torch_isa = f"; torch's CPU capability {torch.backends.cpu.get_cpu_capability()}" if torch else ""
+    return (f"{cpu_line()}\n{isa_line()}{torch_isa}\n{sh('uname -a')}\nnproc {sh('nproc')}; {platform.python_version()}; numba {numba.__version__}; "
             f"numpy {np.__version__}; torch {torch.__version__ if torch else 'absent'}; "
             f"threading layer {numba.threading_layer()}; commit {commit}\n"
             + sh("lscpu | grep -E 'Model name|L2 cache|L3 cache'"))
@@ -191,11 +205,13 @@ def main(argv=None) -> int:
         keep = set(args.only.split(","))
         contenders = {k: v for k, v in contenders.items() if k in keep}
 
+    print(cpu_line())
+    print(isa_line())
     print(f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}")
     print(f"table {args.rows} x {args.dim}, B = {args.bags}, pool {args.pool} "
           f"({nnz} rows per call), median of {args.reps} calls, {args.batches} distinct batches\n")
-    print("| ids | threads | contender | ns/row | GB/s | vs peer | ns/row p10 | vs peer p10 |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| ids | threads | contender | ns/row | GB/s | vs peer | ns/row p10 | vs peer p10 | vs peer paired |")
+    print("|---|---|---|---|---|---|---|---|---|")
     dedup = {}
     for dist in ("uniform", "zipf"):
         batches = make_batches(rng, dist, args.rows, args.batches, nnz, perm)
@@ -204,13 +220,14 @@ def main(argv=None) -> int:
             set_threads(nt)
             res = run_case(contenders, batches, args.reps, numpy_every=10)
             for name, (rb, _, peer) in contenders.items():
-                med, p10 = res[name]
-                ratio = ratio10 = ""
+                med, p10, paired = res[name]
+                ratio = ratio10 = ratio_paired = ""
                 if peer in res:
                     ratio = f"{med / res[peer][0]:.2f}x {peer}"
                     ratio10 = f"{p10 / res[peer][1]:.2f}x"
+                    ratio_paired = f"{paired:.2f}x"
                 print(f"| {dist} | {nt} | {name} | {med * 1e9 / nnz:.1f} | {nnz * rb / med / 1e9:.1f} | "
-                      f"{ratio} | {p10 * 1e9 / nnz:.1f} | {ratio10} |", flush=True)
+                      f"{ratio} | {p10 * 1e9 / nnz:.1f} | {ratio10} | {ratio_paired} |", flush=True)
     print(f"\nbatch dedup of {nnz} ids (one thread): sdm.kernels.dedup.unique_inverse vs "
           f"np.unique(return_inverse=True), median of {args.reps}\n")
     print("| ids | distinct | unique_inverse us | np.unique us | ratio |")

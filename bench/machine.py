@@ -11,7 +11,7 @@ import subprocess
 
 from sdm.load.run import cpu_model  # the one reader of /proc/cpuinfo's model name
 
-__all__ = ["commit", "cpu_line", "cpu_model"]
+__all__ = ["commit", "cpu_line", "cpu_model", "isa_line"]
 
 
 def commit() -> str:
@@ -27,3 +27,10 @@ def commit() -> str:
 def cpu_line() -> str:
     """``cpu: <model>, <n> cores``: the line every bench prints with its results."""
     return f"cpu: {cpu_model()}, {os.cpu_count()} cores"
+
+
+def isa_line() -> str:
+    """``vector ISA: <widest ISA>, LLVM cpu <name>``: what Numba compiles sdm's kernels for."""
+    from sdm.kernels.cpu import vector_isa
+
+    return f"vector ISA: {vector_isa()}"

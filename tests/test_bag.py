@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -14,9 +15,21 @@ from hypothesis import strategies as st
 import peers
 import sdm
 from sdm.errors import IdOutOfRangeError, InvalidArgumentError, InvalidOffsetsError
+from sdm.kernels import pooling
 from sdm.kernels.pooling import pool
 
 SENTINEL = np.float32(-12345.5)
+
+
+@contextlib.contextmanager
+def prefetch_variant(every_line: bool):
+    """Run the kernels' ``every_line`` prefetch variant, whichever this CPU would choose."""
+    before = pooling.PREFETCH_EVERY_LINE
+    pooling.PREFETCH_EVERY_LINE = every_line
+    try:
+        yield
+    finally:
+        pooling.PREFETCH_EVERY_LINE = before
 
 
 class Rows(np.ndarray):
@@ -81,6 +94,7 @@ def bag_cases(draw):
         idx_dtype=draw(st.sampled_from([np.int32, np.int64])),
         mode=draw(st.sampled_from(["sum", "mean"])),
         weighted=draw(st.booleans()),
+        every_line=draw(st.booleans()),
         seed=draw(st.integers(0, 2**31 - 1)),
     )
 
@@ -97,8 +111,9 @@ def test_matches_reference(case):
 
     # write through a view of a bigger buffer: nothing may land past the output
     buf = np.full((nbags + 3, case["dim"]), SENTINEL, dtype=np.float32)
-    got = sdm.embedding_bag(table, ids, offsets, fmt=case["fmt"], mode=case["mode"],
-                            per_sample_weights=weights, out=buf[:nbags])
+    with prefetch_variant(case["every_line"]):
+        got = sdm.embedding_bag(table, ids, offsets, fmt=case["fmt"], mode=case["mode"],
+                                per_sample_weights=weights, out=buf[:nbags])
     ref, mag = reference_bag(rows, ids, offsets, weights, case["mode"])
     assert got.shape == (nbags, case["dim"]) and got.dtype == np.float32
     assert_close(got, ref, mag)
@@ -116,7 +131,8 @@ def test_matches_reference(case):
 
 @pytest.mark.parametrize("fmt", sdm.ROW_FORMATS)
 @pytest.mark.parametrize("threads", [1, 2])
-def test_large_batch_all_threads(fmt, threads):
+@pytest.mark.parametrize("every_line", [False, True])
+def test_large_batch_all_threads(fmt, threads, every_line):
     """Many bags over several chunks, prefetch running ahead across bag boundaries."""
     rng = np.random.default_rng(7)
     table, rows = make_table(rng, 5000, 64, fmt)
@@ -126,7 +142,8 @@ def test_large_batch_all_threads(fmt, threads):
     before = numba.get_num_threads()
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     try:
-        got = sdm.embedding_bag(table, ids, offsets, fmt=fmt)
+        with prefetch_variant(every_line):
+            got = sdm.embedding_bag(table, ids, offsets, fmt=fmt)
     finally:
         numba.set_num_threads(before)
     ref, mag = reference_bag(rows, ids, offsets, None, "sum")
@@ -296,7 +313,7 @@ def test_int8_against_torch_byte_rowwise(weighted):
 
 @pytest.mark.parametrize("fmt", sdm.ROW_FORMATS)
 @pytest.mark.parametrize("weighted", [False, True])
-@pytest.mark.parametrize("dim", [16, 100])
+@pytest.mark.parametrize("dim", [16, 64, 100])
 def test_a_bag_pools_bitwise_alike_in_any_batch(fmt, weighted, dim):
     # A big batch runs the parallel driver (2+ threads); one bag alone runs the serial core.
     # A pooled-embedding cache pools its misses as a smaller batch, so the two must agree
@@ -314,3 +331,98 @@ def test_a_bag_pools_bitwise_alike_in_any_batch(fmt, weighted, dim):
         one = sdm.embedding_bag(table, indices[a:e], np.array([0, e - a]), fmt=fmt, dim=dim,
                                 per_sample_weights=None if weights is None else weights[a:e])
         np.testing.assert_array_equal(one[0], big[b])
+
+
+@given(fmt=st.sampled_from(sdm.ROW_FORMATS), weighted=st.booleans(), mode=st.sampled_from(["sum", "mean"]),
+       lens=st.lists(st.integers(0, 11), min_size=1, max_size=9), seed=st.integers(0, 2**31 - 1))
+def test_dim_64_copy_rounds_like_the_generic_one(fmt, weighted, mode, lens, seed):
+    # dim 64 unweighted runs its own compiled copy of the bag loop (width and flags constant);
+    # dim 128 runs the generic one, tile by tile. The first 64 columns of a dim-128 table pool
+    # to the same bits.
+    rng = np.random.default_rng(seed)
+    wide = rng.standard_normal((50, 128)).astype(np.float32)
+    narrow = np.ascontiguousarray(wide[:, :64])
+    if fmt == "int8":  # the scale and bias come from the whole row: quantize the narrow rows, pad
+        t64 = sdm.quantize_rows(narrow, "int8")
+        codes = np.concatenate([t64[:, :64], t64[:, :64]], axis=1)
+        t128 = np.concatenate([codes, t64[:, 64:]], axis=1)
+    else:
+        t64 = sdm.formats.typed_rows(sdm.quantize_rows(narrow, fmt), fmt)
+        t128 = sdm.formats.typed_rows(sdm.quantize_rows(wide, fmt), fmt)
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    ids = rng.integers(0, 50, int(offsets[-1]))
+    w = rng.uniform(-2, 2, len(ids)).astype(np.float32) if weighted else None
+    a = sdm.embedding_bag(t64, ids, offsets, fmt=fmt, dim=64, mode=mode, per_sample_weights=w)
+    b = sdm.embedding_bag(t128, ids, offsets, fmt=fmt, dim=128, mode=mode, per_sample_weights=w)
+    np.testing.assert_array_equal(a.view(np.uint32), b[:, :64].view(np.uint32))
+
+
+@given(fmt=st.sampled_from(sdm.ROW_FORMATS), dim=st.sampled_from([1, 3, 16, 17, 64, 65, 128]),
+       weighted=st.booleans(), mean=st.booleans(), threads=st.sampled_from([1, 2]),
+       lens=st.lists(st.integers(0, 60), min_size=1, max_size=80), seed=st.integers(0, 2**31 - 1))
+def test_prefetch_variants_pool_the_same_bits(fmt, dim, weighted, mean, threads, lens, seed):
+    # The CPU-chosen variants differ in prefetch hints only (sdm.kernels.cpu.gather_variant).
+    rng = np.random.default_rng(seed)
+    table, _ = make_table(rng, 300, dim, fmt)
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    ids = rng.integers(0, 300, int(offsets[-1]))
+    w = rng.uniform(-2, 2, len(ids)).astype(np.float32) if weighted else None
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        a, b = [pool(table, ids, offsets, w, mean, fmt, np.empty((len(lens), dim), np.float32),
+                     every_line=e) for e in (False, True)]
+    finally:
+        numba.set_num_threads(before)
+    np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+def test_gather_variant_is_chosen_from_the_cpu():
+    from sdm.kernels.cpu import HostCpu, gather_variant, host_cpu, vector_isa
+    assert gather_variant(HostCpu("znver3", {"avx2", "fma"}))["prefetch_every_line"]
+    assert not gather_variant(HostCpu("sapphirerapids", {"avx512f"}))["prefetch_every_line"]
+    assert pooling.PREFETCH_EVERY_LINE == gather_variant(host_cpu())["prefetch_every_line"]
+    assert vector_isa(HostCpu("znver3", {"avx", "avx2", "fma"})).startswith("AVX2 + FMA (256-bit)")
+    assert vector_isa(HostCpu("x", {"avx512f", "avx512bw"})).startswith("AVX-512 (512-bit) bw")
+
+
+@given(fmt=st.sampled_from(sdm.ROW_FORMATS), dim=st.sampled_from([1, 5, 64, 100]),
+       idx_dtype=st.sampled_from([np.int32, np.int64]), threads=st.sampled_from([1, 2]),
+       weighted=st.booleans(), n=st.integers(1, 30),
+       lens=st.lists(st.integers(0, 40), min_size=1, max_size=60), data=st.data())
+def test_kernel_id_check_raises_exactly_when_an_id_is_out_of_range(fmt, dim, idx_dtype, threads, weighted,
+                                                                    n, lens, data):
+    # embedding_bag leaves the range check of plain int32/int64 ids to the kernel (check=True):
+    # it must raise naming a bad id, never read past the table, and otherwise pool the same bits
+    # as the trusted path (check=False).
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**31 - 1)))
+    table, _ = make_table(rng, n, dim, fmt)
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    nnz = int(offsets[-1])
+    lo, hi = np.iinfo(idx_dtype).min, np.iinfo(idx_dtype).max
+    bad_values = st.one_of(st.integers(n, hi), st.integers(lo, -1))
+    ids = rng.integers(0, n, nnz).astype(idx_dtype)
+    for pos in data.draw(st.lists(st.integers(0, max(nnz - 1, 0)), max_size=3 if nnz else 0)):
+        ids[pos] = data.draw(bad_values)
+    w = rng.uniform(-2, 2, nnz).astype(np.float32) if weighted else None
+    bad = ((ids < 0) | (ids >= n)).any()
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        if bad:
+            named = int(ids.min()) if ids.min() < 0 else int(ids.max())  # as check_ids names it
+            with pytest.raises(IdOutOfRangeError, match=f"index {named} is"):
+                sdm.embedding_bag(table, ids, offsets, fmt=fmt, dim=dim, per_sample_weights=w)
+        else:
+            got = sdm.embedding_bag(table, ids, offsets, fmt=fmt, dim=dim, per_sample_weights=w)
+            want = pool(table, ids, offsets, w, False, fmt, np.empty_like(got))
+            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    finally:
+        numba.set_num_threads(before)
+
+
+def test_kernel_id_check_on_an_empty_table():
+    table = np.zeros((0, 4), dtype=np.float32)
+    assert sdm.embedding_bag(table, np.empty(0, np.int64), np.array([0, 0])).shape == (1, 4)
+    with pytest.raises(IdOutOfRangeError, match="0"):
+        sdm.embedding_bag(table, np.array([0], np.int64), np.array([0, 1]))

@@ -6,11 +6,12 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from sdm.errors import InvalidArgumentError, InvalidOffsetsError
+from sdm.errors import IdOutOfRangeError, InvalidArgumentError, InvalidOffsetsError
 from sdm.formats import INT8_TAIL_BYTES, check_format, row_bytes
 from sdm.validate import as_array, check_choice, check_id_array, check_int
 from sdm.kernels.bag import (_fp16_range, _fp32_range, _int8_range, bag_fp16, bag_fp32, bag_int8,
-                             bags_valid)
+                             bags_valid, offsets_valid)
+from sdm.kernels.cpu import gather_variant, host_cpu
 from sdm.kernels.jit import jit
 
 __all__ = ["embedding_bag", "check_bags", "check_ids", "check_offsets", "check_weights", "POOLING_MODES"]
@@ -158,7 +159,12 @@ def embedding_bag(table, indices, offsets, *, fmt="fp32", dim=None, mode="sum",
     fmt = check_format(fmt)
     mean = check_mode(mode)
     table, dim = _check_table(table, fmt, dim)
-    indices, offsets = check_bags(indices, offsets, table.shape[0])
+    if (_plain(indices, _INDEX_DTYPES) and _plain(offsets, _OFFSET_DTYPES)
+            and offsets_valid(offsets, indices.shape[0])):
+        check = True  # the kernel checks each id before it reads the row (see sdm.kernels.bag)
+    else:
+        indices, offsets = check_bags(indices, offsets, table.shape[0])
+        check = False
     weights = check_weights(per_sample_weights, indices.shape[0])
     nbags = offsets.shape[0] - 1
     if out is None:
@@ -166,7 +172,7 @@ def embedding_bag(table, indices, offsets, *, fmt="fp32", dim=None, mode="sum",
     elif (not isinstance(out, np.ndarray) or out.shape != (nbags, dim)
           or out.dtype != np.float32 or not out.flags.c_contiguous):
         raise InvalidArgumentError(f"out must be a C-contiguous ({nbags}, {dim}) float32 array")
-    return pool(table, indices, offsets, weights, mean, fmt, out)
+    return pool(table, indices, offsets, weights, mean, fmt, out, check=check)
 
 
 _INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
@@ -186,25 +192,41 @@ _KERNELS = {"fp32": (_fp32_range, bag_fp32), "fp16": (_fp16_range, bag_fp16),
 # Below this many lookups one thread finishes before a parallel region would have started
 # (launching one costs a few microseconds; a lookup costs 5-50 ns).
 SERIAL_BELOW_LOOKUPS = 1024
+# The kernels' tuned variant for this CPU (sdm.kernels.cpu.gather_variant), passed to them as
+# arguments: prefetch every line of each row, or its first and last line.
+PREFETCH_EVERY_LINE = gather_variant(host_cpu())["prefetch_every_line"]
 
 
-def pool(table, indices, offsets, weights, mean, fmt, out):
+def pool(table, indices, offsets, weights, mean, fmt, out, *, every_line=None, check=False):
     """Dispatch to the kernel for ``fmt`` on already-validated arrays (internal fast path).
 
     Same arrays as :func:`embedding_bag` after validation (``indices`` int32/int64,
     ``offsets`` int64, ``weights`` float32 or None, ``out`` ``(B, dim)`` float32 C-contiguous);
     returns ``out``. Runs on ``numba.get_num_threads()`` threads, or serially for small batches.
+    ``every_line`` overrides this CPU's prefetch variant (:data:`PREFETCH_EVERY_LINE`; tests
+    run both); the pooled values are the same bits either way. With ``check`` the ids need
+    not have been range-checked: the kernel compares each with the table's row count before
+    reading its row, and an id out of range raises :class:`~sdm.errors.IdOutOfRangeError`
+    naming it (``out`` then holds no meaningful values).
     """
+    if every_line is None:
+        every_line = PREFETCH_EVERY_LINE
+    if check and table.shape[0] == 0:  # no row 0 to read in place of a bad id
+        check_ids(indices, 0)
     weighted = weights is not None
     w = weights if weighted else _NO_WEIGHTS
     if fmt == "fp16":  # Numba has no float16 arrays: the kernel widens the raw bits itself
         table = table.view(np.uint16)
     core, driver = _KERNELS[fmt]
     if indices.shape[0] < SERIAL_BELOW_LOOKUPS:  # first: get_num_threads costs a few us
-        core(table, indices, offsets, w, weighted, mean, out, 0, out.shape[0])
-        return out
-    nthreads = numba.get_num_threads()
-    if nthreads == 1:
-        core(table, indices, offsets, w, weighted, mean, out, 0, out.shape[0])
-        return out
-    return driver(table, indices, offsets, w, weighted, mean, out, nthreads)
+        bad = core(table, indices, offsets, w, weighted, mean, out, 0, out.shape[0], every_line, check)
+    else:
+        nthreads = numba.get_num_threads()
+        if nthreads == 1:
+            bad = core(table, indices, offsets, w, weighted, mean, out, 0, out.shape[0], every_line, check)
+        else:
+            bad = driver(table, indices, offsets, w, weighted, mean, out, every_line, check, nthreads)
+    if bad:
+        check_ids(indices, table.shape[0])  # names the first id out of range
+        raise IdOutOfRangeError(f"an index is outside [0, {table.shape[0]})")  # not reached
+    return out

@@ -1,0 +1,75 @@
+"""The CPU the kernels are compiled for, as Numba's LLVM sees it.
+
+Numba compiles for the host (``llvmlite.binding.get_host_cpu_name()`` and its feature
+string), so what vector code the kernels get is decided by these, not by ``/proc/cpuinfo``'s
+model name (a VM often shows only "AMD EPYC"). Benches print :func:`vector_isa` beside their
+figures; the gather kernels read :func:`host_cpu` where a choice depends on the CPU.
+"""
+
+from __future__ import annotations
+
+import functools
+
+__all__ = ["HostCpu", "gather_variant", "host_cpu", "vector_isa"]
+
+
+class HostCpu(tuple):
+    """``(name, features)``: LLVM's CPU name (``znver3``, ``sapphirerapids``) and the set of
+    features it enables (``{"avx2", "fma", "avx512f", ...}``)."""
+
+    __slots__ = ()
+
+    def __new__(cls, name: str, features: frozenset):
+        return super().__new__(cls, (name, frozenset(features)))
+
+    @property
+    def name(self) -> str:
+        return self[0]
+
+    @property
+    def features(self) -> frozenset:
+        return self[1]
+
+
+@functools.lru_cache(maxsize=1)
+def host_cpu() -> HostCpu:
+    """This host's :class:`HostCpu` as Numba compiles for it (read once per process)."""
+    import llvmlite.binding as ll
+
+    feats = ll.get_host_cpu_features()
+    on = frozenset(k for k, v in feats.items() if v) if hasattr(feats, "items") else frozenset(
+        f[1:] for f in str(feats).split(",") if f.startswith("+"))
+    return HostCpu(ll.get_host_cpu_name(), on)
+
+
+def vector_isa(cpu: HostCpu | None = None) -> str:
+    """The widest vector ISA the kernels may use, e.g. ``AVX-512 (512-bit)`` or ``AVX2 + FMA
+    (256-bit)``, with LLVM's CPU name: ``AVX2 + FMA (256-bit), LLVM cpu znver3``."""
+    cpu = cpu or host_cpu()
+    f = cpu.features
+    if "avx512f" in f:
+        extra = "+".join(x for x in ("bw", "vl", "vnni", "bf16", "fp16") if f"avx512{x}" in f)
+        isa = f"AVX-512 (512-bit){' ' + extra if extra else ''}"
+    elif "avx2" in f:
+        isa = "AVX2" + (" + FMA" if "fma" in f else "") + (" + F16C" if "f16c" in f else "") + " (256-bit)"
+    elif "avx" in f:
+        isa = "AVX (256-bit)"
+    elif "sse4.2" in f:
+        isa = "SSE4.2 (128-bit)"
+    else:
+        isa = "SSE2 (128-bit)"
+    return f"{isa}, LLVM cpu {cpu.name}"
+
+
+# LLVM CPU names whose gather is measurably faster prefetching every line of a row
+# (bench/RESULTS.md, issue 19 parts 1 and 4): Zen 3, Zipf ids 0.84-0.92x -> 0.79-0.83x torch's
+# time. On Zen 4 (issue 3) every line was no faster than the first and last; other CPUs are
+# unmeasured and keep the first and last line.
+_PREFETCH_EVERY_LINE_CPUS = frozenset({"znver3"})
+
+
+def gather_variant(cpu: HostCpu) -> dict:
+    """The pooled-gather kernels' tuning for ``cpu``: ``{"prefetch_every_line": bool}``.
+    Every variant computes the same bits (only the prefetch hints differ), and each is tested
+    against the reference (tests/test_bag.py)."""
+    return {"prefetch_every_line": cpu.name in _PREFETCH_EVERY_LINE_CPUS}
