@@ -195,6 +195,8 @@ def section_all_hit(path, batches, arrays, reps, policy="lru") -> list[str]:
     config = HierarchyConfig("all-hit", (TierConfig("cache", capacity_rows=touched + 1024, policy=policy),
                                          TierConfig("mmap", "optane-p4800x-512", queue_depth=16)))
     lookups = sum(len(r[0]) for b in batches for r in b.values())
+    from sdm.tiers.dram_cache import _keys
+
     with sdm.Store.open(path, config=config) as store:
         for b in batches:  # warm: every row the batches touch is now cached
             store.embedding_bags(b)
@@ -205,7 +207,7 @@ def section_all_hit(path, batches, arrays, reps, policy="lru") -> list[str]:
             for name, (ids, offsets) in b.items():
                 layout = store._manifest.table(name)
                 u, inv = unique_inverse(ids)
-                batch = cache._serve(layout, u)  # all hits: plans and pins, reads nothing
+                batch = cache._serve([layout], _keys(layout, u))  # all hits: plans and pins, reads nothing
                 cache._end(batch)  # unpinned; nothing else runs here, so no slot moves
                 plans.append((cache._view(layout, batch.slots), batch.ptr[inv], offsets))
 

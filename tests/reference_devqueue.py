@@ -40,7 +40,7 @@ class ReferenceDevice:
         for start, end in zip(points, points[1:]):
             rate = min(width, self.units - self.used(start))
             # an overlap under 1 ns right at the issue is a completion rounded to integer ns
-            short = short or (rate < width and (start > issue or end - issue > 1.0))
+            short = short or (rate < width and (start > issue or end - issue >= 1.0))
             if rate <= 1e-12 * self.units:
                 continue
             if need <= rate * (end - start):

@@ -197,26 +197,3 @@ def test_an_update_drops_only_the_pooled_bags_holding_a_changed_row(tmp_path):
         rows[4] = 0
         np.testing.assert_array_equal(got[1], rows[3] + rows[4])
 
-
-def test_a_requests_tables_are_one_device_batch(store_path):
-    # 8 misses of table a and 8 of table b, each row in a block of its own: served together
-    # they are one batch of 16 reads at queue depth 16 (one Nand wave); a lookup of each table
-    # alone is a batch of its own (a wave each)
-    qd16 = HierarchyConfig("qd16", (TierConfig("cache", capacity_rows=64),
-                                    TierConfig("mmap", "nand-p4500", queue_depth=16)))
-    a = np.arange(0, 512, 64)  # 64 B rows: 64 to a 4 KiB block
-    b = np.arange(0, 2048, 256)  # 16 B rows: 256 to a block
-    request = {"a": (a, np.array([0, 8])), "b": (b, np.array([0, 8]))}
-    wave = sdm.DEVICES["nand-p4500"].read_latency_us * 1e3
-
-    def nand(store):
-        tier = store.stats()["tiers"][1]
-        return tier["reads"], tier["modeled_ns"]
-
-    with sdm.Store.open(store_path, config=qd16) as store:
-        store.embedding_bags(request)
-        assert nand(store) == (16, pytest.approx(wave, abs=1))
-    with sdm.Store.open(store_path, config=qd16) as store:
-        store.lookup("a", a)
-        store.lookup("b", b)
-        assert nand(store) == (16, pytest.approx(2 * wave, abs=1))

@@ -120,7 +120,7 @@ def reserve(times, used, count, scratch, keep_from_ns, issue_ns, reads, queue_de
             # A step ending within _ROUNDING_NS of the issue is an earlier completion rounded
             # down onto the caller's integer-ns clock (the store clock advances by whole ns),
             # not a wait.
-            held_back = held_back or start > 0.0 or end > _ROUNDING_NS
+            held_back = held_back or start > 0.0 or end >= _ROUNDING_NS
         if rate > _NO_UNITS * units:
             if left <= rate * (end - start):
                 finish = start + left / rate

@@ -76,8 +76,8 @@ class Tier(ABC):
 
     def read_many(self, reads: Sequence[tuple[TableLayout, np.ndarray, np.ndarray]]) -> None:
         """:meth:`read_rows` of several tables at once: ``reads`` holds ``(layout, ids, out)``
-        per table (a table at most once). A device model charges them as one batch of
-        reads, as a server issues one request's reads together."""
+        per table (a table at most once). A device model charges each table's reads as a
+        batch of its own, one after another, as the host model and the sweep do."""
         for layout, ids, out in reads:
             self.read_rows(layout, ids, out)
 

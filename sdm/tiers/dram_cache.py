@@ -6,8 +6,8 @@ Numba kernels ``sdm.simulate`` runs; the rows sit in a slot buffer this tier own
 whatever its size: one dedup and one probe of all its tables' rows (every hit, miss,
 admission and eviction decided in one kernel, under the lock once), one read of every
 table's misses from the tier below (:meth:`~sdm.tiers.base.Tier.read_many`: its device model
-counts the blocks and queues them as one batch), and per table one scatter into the slots and
-one pooled gather straight from them.
+counts the blocks, each table's a batch), and per table one scatter into the slots and one
+pooled gather straight from them.
 
 Cache keys are ``table_id << 48 | row id``, so one cache (and one policy) spans all tables.
 

@@ -143,21 +143,6 @@ class Metered(Tier):
             self._wall_ns += time.perf_counter_ns() - start
         return served
 
-    def read_many(self, reads):
-        """Every table's rows read from the inner tier, then their blocks queued on the
-        device as one batch (one wait in ``paced`` mode)."""
-        start = time.perf_counter_ns()
-        blocks = useful = 0
-        for layout, ids, out in reads:
-            served, n = self._read(layout, ids, out)
-            if n:
-                blocks += n
-                useful += _useful(layout, ids, served)
-        if blocks:
-            self._charge(blocks, useful, start)
-        with self._lock:
-            self._wall_ns += time.perf_counter_ns() - start
-
     def _read(self, layout, ids, out) -> tuple[np.ndarray | None, int]:
         """Rows ``ids`` from the inner tier (with O_DIRECT in ``direct`` mode): ``(served,
         blocks)``, ``served`` as :meth:`read_rows` returns it and ``blocks`` the device blocks
@@ -282,16 +267,12 @@ class MeteredCache(Metered, CacheTier):
         """Every lookup reads its row from the slots, as a resident table's lookups read
         theirs (:meth:`count_hits`), so both are charged alike: one row per lookup, and slots
         are cache-line aligned, so exactly ``ceil(row_bytes / access_bytes)`` blocks of a
-        64-byte-line device; the request's rows as one batch of reads."""
+        64-byte-line device; each table's lookups as one batch."""
         start = time.perf_counter_ns()
         hits = self.inner.pool_bags(bags)
-        blocks = useful = 0
         for b in bags:
-            row_bytes = b.layout.spec.row_bytes
-            blocks += len(b.indices) * -(-row_bytes // self.device.access_bytes)
-            useful += len(b.indices) * row_bytes
-        if blocks:
-            self._charge(blocks, useful, start)
+            if len(b.indices):
+                self._charge_rows(len(b.indices), b.layout, start)
         with self._lock:
             self._wall_ns += time.perf_counter_ns() - start
         return hits
