@@ -225,8 +225,9 @@ def section_all_hit(path, batches, arrays, reps, policy="lru") -> list[str]:
                 pool(view, ptr, offsets, None, False, "fp32",
                      np.empty((len(offsets) - 1, DIM), dtype=np.float32))
 
-        distinct = [(store._manifest.table(name), unique_inverse(ids)[0])
-                    for b in batches for name, (ids, _) in b.items()]
+        distinct = [(layout, _keys(layout, unique_inverse(ids)[0]))
+                    for b in batches for layout, (ids, _) in
+                    ((store._manifest.table(name), r) for name, r in b.items())]
 
         def dedup_only():
             for b in batches:
@@ -234,9 +235,9 @@ def section_all_hit(path, batches, arrays, reps, policy="lru") -> list[str]:
                     unique_inverse(ids)
 
         def probe_only():  # the policy's per-batch work on every distinct row, all hits
-            for layout, u in distinct:
+            for layout, keys in distinct:
                 with cache._cond:
-                    batch = cache._begin(layout, u)  # the locked probe: plan and pin
+                    batch = cache._begin([layout], keys)  # the locked probe: plan and pin
                 cache._end(batch)
 
         contenders = {"live store": live, "raw embedding_bag": raw, "data plane alone": data_plane,
