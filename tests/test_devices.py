@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import sdm
 from sdm.cli import main
-from sdm.tiers.clock import SimClock, wait_until_ns
+from sdm.tiers.clock import SimClock, paced_request, wait_until_ns
 from sdm.devices import DEVICES, DeviceSpec, block_ranges, count_blocks, get_device
 from sdm.errors import ConfigError, InvalidArgumentError
 from sdm.tiers.manifest import TableLayout, TableSpec
@@ -212,12 +212,42 @@ def test_energy_counts_idle_time_on_the_shared_clock():
 
 def test_paced_mode_waits_for_the_modeled_completion():
     layout, rows = int8_table()
+    read(Metered(ArrayTier(rows), "nand-p4500", io_mode="paced"), layout, [0])  # kernels loaded
     tier = Metered(ArrayTier(rows), "nand-p4500", io_mode="paced")
     start = time.perf_counter_ns()
     read(tier, layout, [0, 100, 200])  # three blocks at QD 1: 255 us
     wall = time.perf_counter_ns() - start
     assert 255_000 <= wall < 255_000 + 20_000_000
     assert tier.stats()["wall_ns"] >= 255_000
+
+
+def test_a_paced_request_waits_once_at_its_end():
+    """Inside paced_request the reads return at once; each next read issues at the previous
+    one's completion (as if it had waited), and the block's end waits for the last."""
+    layout, rows = int8_table()
+    tier = Metered(ArrayTier(rows), custom(read_latency_us=100_000.0, max_read_iops=1000.0),
+                   io_mode="paced")
+    start = time.perf_counter_ns()
+    with paced_request() as request:
+        read(tier, layout, [0])
+        read(tier, layout, [100])
+        returned = time.perf_counter_ns()
+        deadline = request.deadline_ns
+    end = time.perf_counter_ns()
+    assert returned - start < 100_000_000  # neither read waited
+    assert deadline - start >= 200_000_000  # the second issued at the first's completion
+    assert end >= deadline
+
+
+def test_a_paced_request_that_raises_does_not_wait():
+    layout, rows = int8_table()
+    tier = Metered(ArrayTier(rows), custom(read_latency_us=5_000_000.0, max_read_iops=1000.0),
+                   io_mode="paced")
+    start = time.perf_counter_ns()
+    with pytest.raises(KeyError), paced_request():
+        read(tier, layout, [0])  # completes 5 s from now
+        raise KeyError("boom")
+    assert time.perf_counter_ns() - start < 2_000_000_000
 
 
 def test_wait_until_is_close_for_short_and_long_waits():

@@ -11,7 +11,9 @@ a deadlock fails, it does not hang.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -19,7 +21,9 @@ import pytest
 
 import sdm
 from sdm.tiers.base import Bags, Tier
+from sdm.tiers.clock import paced_request
 from sdm.tiers.dram_cache import DramCacheTier
+from sdm.tiers.metered import Metered
 from sdm.tiers.manifest import TableLayout, TableSpec
 
 TIMEOUT = 60  # seconds any single wait may take before the test fails
@@ -93,6 +97,35 @@ def test_hits_do_not_wait_for_another_batchs_device_reads(cache):
         assert not slow.done()  # the hit batch finished while the miss was still reading
         lower.gate.set()
         np.testing.assert_array_equal(slow.result(TIMEOUT), want([9]))
+
+
+def test_a_row_read_under_a_deferred_wait_is_not_there_before_its_read_completes():
+    """A paced request marks its rows ready before its deferred wait ends (paced_request);
+    another request hitting one of them completes no earlier than that read, with or
+    without a deferred wait of its own."""
+    rows = sdm.quantize_rows(np.arange(64 * 4, dtype=np.float32).reshape(64, 4), "fp32")
+    slow = dataclasses.replace(sdm.DEVICES["nand-p4500"], name="slow", read_latency_us=200_000.0,
+                               max_read_iops=1000.0)
+    cache = DramCacheTier(Metered(GatedTier(rows), slow, io_mode="paced"), 8, SPEC.row_bytes, policy="lru")
+
+    def other(deferred):
+        if deferred:
+            with paced_request() as b:
+                got = pooled(cache, [3])
+            return got, b.deadline_ns, time.perf_counter_ns()
+        out = np.empty((1, SPEC.row_bytes), dtype=np.uint8)
+        cache.read_rows(LAYOUT, np.array([3]), out)
+        return sdm.dequantize_rows(out, "fp32", 4)[0], 0.0, time.perf_counter_ns()
+
+    for deferred in (True, False):
+        with paced_request() as a:
+            np.testing.assert_array_equal(pooled(cache, [3, 4 + deferred]), want([3, 4 + deferred]))
+            read_done = a.deadline_ns
+            with ThreadPoolExecutor(1) as pool:
+                got, deadline, end = pool.submit(other, deferred).result(TIMEOUT)
+        np.testing.assert_array_equal(got, want([3]))
+        assert end >= read_done and (not deferred or deadline >= read_done)
+        cache.invalidate(LAYOUT)  # the next round misses row 3 again
 
 
 def test_two_batches_missing_one_row_read_it_once(cache):

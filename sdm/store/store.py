@@ -38,6 +38,7 @@ from sdm.kernels.dedup import unique_inverse
 from sdm.store.pooled import PooledCache
 from sdm.kernels.pooling import check_bags, check_ids, check_mode, check_weights
 from sdm.tiers.base import Bags
+from sdm.tiers.clock import paced_request
 from sdm.tiers.lmdb import RowDB
 
 __all__ = ["Store", "TableSpec", "PrefetchTicket"]
@@ -369,7 +370,7 @@ class Store:
         Returns:
             ``(B, dim) float32``.
         """
-        with self._serving():
+        with paced_request(), self._serving():
             request = self._check_bag(name, indices, offsets, mode, per_sample_weights)
             self._count(len(request.indices), 1)
             return self._pool([request])[request.layout.name]
@@ -378,9 +379,10 @@ class Store:
         """Pool one batch over several tables: ``{name: (indices, offsets)}`` or
         ``{name: (indices, offsets, per_sample_weights)}`` -> ``{name: (B, dim) float32}``.
 
-        Every request is validated before any is served.
+        Every request is validated before any is served. Under a paced hierarchy the
+        request's device waits are taken once, at its end (:func:`sdm.tiers.clock.paced_request`).
         """
-        with self._serving():
+        with paced_request(), self._serving():
             checked = self._check_requests(requests, mode)
             self._count(sum(len(c.indices) for c in checked), 1)
             return self._pool(checked)

@@ -17,7 +17,8 @@ from contextlib import contextmanager
 from sdm.errors import InvalidArgumentError
 from sdm.validate import check_int
 
-__all__ = ["SimClock", "Timeline", "on_timeline", "current_timeline", "wait_until_ns", "spin_below_ns"]
+__all__ = ["SimClock", "Timeline", "on_timeline", "current_timeline", "wait_until_ns", "spin_below_ns",
+           "PacedRequest", "paced_request", "current_paced_request"]
 
 # time.sleep overshoots a deadline by the thread's timer slack (50 us by default on Linux)
 # plus the wake-up: measured on this project's VMs, 63-75 us median, 100-220 us p99. So
@@ -148,3 +149,51 @@ def on_timeline(timeline: Timeline):
 def current_timeline() -> Timeline | None:
     """The timeline this thread's reads are charged to, or None (the store's clock)."""
     return getattr(_local, "timeline", None)
+
+
+class PacedRequest:
+    """One request's paced device waits, taken once at its end (:func:`paced_request`).
+
+    ``deadline_ns`` is the wall-clock (``perf_counter_ns``) completion of the request's
+    latest read so far; each next read issues no earlier than it, as if the request had
+    waited there, so the device queues see the same schedule as a request that waits after
+    every read.
+    """
+
+    __slots__ = ("deadline_ns",)
+
+    def __init__(self):
+        self.deadline_ns = 0.0
+
+    def wait_for(self, deadline_ns: float) -> None:
+        """The request also completes no earlier than ``deadline_ns``."""
+        self.deadline_ns = max(self.deadline_ns, float(deadline_ns))
+
+    def __repr__(self):
+        return f"PacedRequest(deadline_ns={self.deadline_ns:.0f})"
+
+
+@contextmanager
+def paced_request():
+    """Defer the paced waits of this thread's reads inside the block to one wait at its end.
+
+    A request reads table after table, and each paced wait is a sleep and a spin (a few tens
+    of microseconds of CPU, and GIL hand-offs between the threads of a serving process);
+    one wait per request keeps that to once. Nested blocks join the outermost. An exception
+    leaves without waiting.
+    """
+    if getattr(_local, "paced", None) is not None:
+        yield _local.paced
+        return
+    scope = _local.paced = PacedRequest()
+    try:
+        yield scope
+    finally:
+        _local.paced = None
+    if scope.deadline_ns:
+        wait_until_ns(int(scope.deadline_ns))
+
+
+def current_paced_request() -> PacedRequest | None:
+    """The request this thread's paced reads defer their waits to, or None (wait at once)."""
+    return getattr(_local, "paced", None)

@@ -30,6 +30,7 @@ other batch in flight, so its policy decisions stay exactly ``sdm.simulate``'s.
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 
@@ -45,6 +46,7 @@ from sdm.policies import Cache
 from sdm.policies.cache import _no_admission
 from sdm.kernels.pooling import pool
 from sdm.tiers.base import CacheTier, Tier
+from sdm.tiers.clock import current_paced_request, wait_until_ns
 
 __all__ = ["DramCacheTier"]
 
@@ -85,6 +87,10 @@ class DramCacheTier(CacheTier):
         # np.empty: slots never filled cost address space, not RAM.
         self._slots = np.empty((self.capacity + _MIN_SCRATCH, self.slot_bytes), dtype=np.uint8)
         self._state = np.full(self.capacity, SLOT_READY, dtype=np.uint8)  # SLOT_* | PREFETCHED
+        # paced mode: when a slot's deferred read completes (perf_counter_ns), for the batches
+        # that waited on it (np.zeros: untouched pages cost no RAM)
+        self._ready_ns = np.zeros(self.capacity, dtype=np.float64)
+        self._deferred_reads = False  # any so far: batches then check their slots' _ready_ns
         self._scratch = _Ranges(self.capacity, _MIN_SCRATCH)
         self._inflight = 0  # batches holding scratch rows (the slot buffer grows only at 0)
         self._epoch = 0
@@ -171,14 +177,31 @@ class DramCacheTier(CacheTier):
         except BaseException:
             self._mark(batch.ptr[which], SLOT_FAILED)
             raise
-        self._mark(batch.ptr[which], SLOT_READY)
+        paced = current_paced_request()
+        self._mark(batch.ptr[which], SLOT_READY, paced.deadline_ns if paced is not None else 0.0)
 
-    def _mark(self, rows: np.ndarray, ready: int) -> None:
-        """Set the ready state of the cache slots among ``rows`` and wake the waiters."""
+    def _mark(self, rows: np.ndarray, ready: int, ready_ns: float = 0.0) -> None:
+        """Set the ready state of the cache slots among ``rows`` and wake the waiters;
+        ``ready_ns``: when their paced reads complete, if the reader deferred its wait."""
         with self._cond:
             mine = rows[rows < self.capacity]
             self._state[mine] = (self._state[mine] & PREFETCHED) | ready
+            self._ready_ns[mine] = ready_ns
+            self._deferred_reads |= ready_ns > 0
             self._cond.notify_all()
+
+    def _wait_until_ready(self, batch: "_Batch") -> None:
+        """Paced reads whose wait their reader deferred to its request's end (a
+        :func:`~sdm.tiers.clock.paced_request`) mark their slots ready before that: a batch
+        holding such a slot completes no earlier than the read, as if it had waited for a
+        pending slot (its own request's wait is deferred too, or taken here)."""
+        held = batch.ptr[batch.ptr < self.capacity]
+        ready = float(self._ready_ns[held].max()) if held.size else 0.0
+        paced = current_paced_request()
+        if paced is not None:
+            paced.wait_for(ready)
+        elif ready > time.perf_counter_ns():
+            wait_until_ns(int(ready))
 
     def _wait_for_others(self, batch: "_Batch") -> None:
         """Wait until the rows this batch hit while other batches were reading them are
@@ -212,6 +235,8 @@ class DramCacheTier(CacheTier):
         try:
             self._read(batch, np.flatnonzero(batch.is_miss))
             self._wait_for_others(batch)
+            if self._deferred_reads:
+                self._wait_until_ready(batch)
         except BaseException:
             self._end(batch)
             raise

@@ -5,7 +5,8 @@ them on the device's :class:`DeviceQueue` (shared by every tier and request read
 device, so latency rises with load), counts bytes read against useful bytes, and — by IO
 mode (DESIGN.md §3) — either charges the completion to simulated time (``modeled``: the
 request's :class:`~sdm.tiers.clock.Timeline` when it has one, else the store's clock), really
-waits until it (``paced``), or has the inner tier read its file with O_DIRECT (``direct``)
+waits until it (``paced``; inside a :func:`~sdm.tiers.clock.paced_request`, once at the
+request's end), or has the inner tier read its file with O_DIRECT (``direct``)
 and records the wall time the real device took.
 """
 
@@ -21,7 +22,7 @@ from sdm.devices import DeviceSpec, blocks_of, get_device
 from sdm.errors import ConfigError
 from sdm.tiers.base import CacheTier, Tier
 from sdm.kernels.devqueue import grow_device_state, lone_spans, make_device_state, reserve
-from sdm.tiers.clock import SimClock, current_timeline, wait_until_ns
+from sdm.tiers.clock import SimClock, current_paced_request, current_timeline, wait_until_ns
 from sdm.tiers.manifest import TableLayout
 
 __all__ = ["Metered", "MeteredCache", "metered", "DeviceQueue", "IO_MODES", "MAX_QUEUE_DEPTH"]
@@ -179,13 +180,15 @@ class Metered(Tier):
         """Queue ``blocks`` reads on the device; returns the time they took (ns), queueing
         behind other requests' reads included."""
         timeline = current_timeline()
+        paced = current_paced_request() if self.io_mode == "paced" else None
         # keep: no later batch on this device issues before it. Timelines are served in
         # arrival order (a request's tables one after another, so the next request's first
         # batch can issue before this one's last); paced threads start their reads within
         # PACED_ORDER_NS of one another.
         if self.io_mode == "paced":  # real time: the queue holds wall-clock completions
-            issue = keep = wall_start
-            keep -= PACED_ORDER_NS
+            keep = wall_start - PACED_ORDER_NS
+            # a deferred wait: the read issues when the request's previous one completed
+            issue = wall_start if paced is None else max(wall_start, paced.deadline_ns)
         elif timeline is not None:
             issue, keep = timeline.now_ns, timeline.start_ns
         else:
@@ -197,7 +200,10 @@ class Metered(Tier):
             self._busy_ns += modeled
         if self.io_mode == "paced":
             self.clock.advance_ns(round(modeled))
-            wait_until_ns(int(issue + modeled))
+            if paced is None:
+                wait_until_ns(int(issue + modeled))
+            else:
+                paced.wait_for(issue + modeled)
         elif timeline is not None:
             timeline.now_ns = issue + modeled
             self.clock.advance_to_ns(round(timeline.now_ns))
@@ -236,7 +242,7 @@ class Metered(Tier):
         """The inner tier's counters plus the device's: ``reads`` (blocks), ``bytes_read``,
         ``useful_bytes``, ``read_amplification``, ``modeled_ns`` (busy time), ``energy_j``
         (active over busy time, idle over the rest of the clock's elapsed time), ``wall_ns``
-        (real time spent in reads, including paced waits and, for a cache, the reads of
+        (real time spent in reads, including paced waits not deferred to the request's end and, for a cache, the reads of
         the tiers below it), ``device``, ``io_mode`` (how this tier really reads: ``direct``
         only where it reads with O_DIRECT, else ``modeled``), ``queue_depth``."""
         with self._lock:
