@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from unittest import mock
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -11,6 +13,7 @@ import sdm
 from sdm.tiers.manifest import TableLayout, TableSpec
 from sdm.tiers.base import Bags, Tier
 from sdm.kernels.serve import TABLE_SHIFT
+from sdm.tiers import dram_cache
 from sdm.tiers.dram_cache import DramCacheTier
 
 LIVE_POLICIES = [p for p in sdm.POLICIES if p != "belady"]
@@ -50,8 +53,15 @@ SPECS = [TableSpec("a", 50, 8, "fp32"), TableSpec("b", 40, 4, "fp16"), TableSpec
 
 @settings(max_examples=30)
 @given(policy=st.sampled_from(LIVE_POLICIES), capacity=st.integers(1, 40),
-       admission=st.sampled_from([None, "threshold", "tinylfu"]), data=st.data())
-def test_pooled_bags_and_hits_match_arrays_and_simulator(policy, capacity, admission, data):
+       admission=st.sampled_from([None, "threshold", "tinylfu"]), table_by_table=st.booleans(),
+       data=st.data())
+def test_pooled_bags_and_hits_match_arrays_and_simulator(policy, capacity, admission, table_by_table, data):
+    """``table_by_table``: requests served a table per batch, as large ones are."""
+    with mock.patch.object(dram_cache, "_FUSE_MAX_LOOKUPS", -1 if table_by_table else dram_cache._FUSE_MAX_LOOKUPS):
+        _pooled_bags_and_hits_match(policy, capacity, admission, data)
+
+
+def _pooled_bags_and_hits_match(policy, capacity, admission, data):
     layouts, raw, floats = make_tables(SPECS)
     lower = ArrayTier(raw)
     widest = max(s.row_bytes for s in SPECS)

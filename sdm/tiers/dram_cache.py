@@ -2,8 +2,8 @@
 
 The directory (which key sits in which slot) is a :class:`sdm.policies.Cache`, the same
 Numba kernels ``sdm.simulate`` runs; the rows sit in a slot buffer this tier owns. A batch
-(one request: every table's bags) is served in a fixed number of Numba and numpy calls
-whatever its size: one dedup and one probe of all its tables' rows (every hit, miss,
+(one request: every table's bags; a large request's tables one batch each) is served in a
+fixed number of Numba and numpy calls whatever its size: one dedup and one probe of all its tables' rows (every hit, miss,
 admission and eviction decided in one kernel, under the lock once), one read of every
 table's misses from the tier below (:meth:`~sdm.tiers.base.Tier.read_many`: its device model
 counts the blocks, each table's a batch), and per table one scatter into the slots and one
@@ -36,7 +36,7 @@ import numpy as np
 
 from sdm.errors import ConfigError
 from sdm.formats import typed_rows
-from sdm.kernels.dedup import compose, unique_ranked
+from sdm.kernels.dedup import compose, unique_ranked_parts
 from sdm.kernels.policies import M_FLYING, pin_batch
 from sdm.kernels.serve import (C_HITS, C_MISSES, C_PREFETCH_USED, C_PREFETCH_WASTED, C_REJECTED,
                                N_COUNTERS, PREFETCHED, READY_BITS, SLOT_FAILED, SLOT_PENDING,
@@ -57,6 +57,11 @@ _MIN_SCRATCH = 1 << 16
 _WAIT_S = 0.05  # waits for other batches' rows re-check this often (a notify is never lost, but be safe)
 _LINE = 64  # slots start on cache lines, so a row costs exactly ceil(row_bytes / 64) lines
 _ROW_MASK = (1 << TABLE_SHIFT) - 1
+# A request of up to this many lookups is one batch (one lock, one probe, one read below:
+# small requests are dominated by per-call costs); a larger one goes table by table, so each
+# batch's arrays (~40 bytes per lookup across dedup, probe, slot pointers and pooling) stay in
+# L2 from one phase to the next. Both serve the key stream sdm.simulate replays.
+_FUSE_MAX_LOOKUPS = 1 << 13
 
 
 class DramCacheTier(CacheTier):
@@ -249,11 +254,16 @@ class DramCacheTier(CacheTier):
     def pool_bags(self, bags) -> int:
         """Pool each table's bags (a sequence of :class:`~sdm.tiers.base.Bags`, one per
         table) into its ``out`` straight from the cache's slots, after one probe of the
-        request's distinct rows; returns the number of them that hit."""
+        request's distinct rows (a large request's tables one batch each); returns the
+        number of them that hit."""
         bags = sorted(bags, key=lambda b: b.layout.table_id)  # the key order the probe serves
-        keys = [_keys(b.layout, b.indices) for b in bags]
-        keys = keys[0] if len(keys) == 1 else np.concatenate(keys)
-        unique, inverse, rank = unique_ranked(keys)
+        if sum(b.indices.shape[0] for b in bags) <= _FUSE_MAX_LOOKUPS:
+            return self._pool_batch(bags)
+        return sum(self._pool_batch([b]) for b in bags)
+
+    def _pool_batch(self, bags) -> int:
+        """:meth:`pool_bags` of ``bags`` (ascending table ids) as one batch."""
+        unique, inverse, rank = unique_ranked_parts([_keys(b.layout, b.indices) for b in bags])
         batch = self._serve([b.layout for b in bags], unique)
         try:
             rows = compose(batch.ptr, rank, inverse)
