@@ -263,7 +263,7 @@ def section_all_hit(path, batches, arrays, reps, policy="lru") -> list[str]:
     return rows
 
 
-_PHASES = (("checks", "request checks (Store._check_requests)"), ("dedup", "dedup (unique_ranked_parts)"),
+_PHASES = (("checks", "request checks (Store._check_requests)"), ("dedup", "dedup (unique_ranked)"),
            ("probe", "policy probe (probe_batch, under the lock)"),
            ("read below", "read of the misses from the tier below, device model included"),
            ("fill", "misses copied into their slots (fill_rows)"),
@@ -305,7 +305,7 @@ def section_phases(path, batches, reps, policy, hit_rate) -> list[str]:
                 spent[phase] += time.perf_counter_ns() - t
         return wrapper
 
-    patches = [(dram_cache, "unique_ranked_parts", "dedup"), (dram_cache, "probe_batch", "probe"),
+    patches = [(dram_cache, "unique_ranked", "dedup"), (dram_cache, "probe_batch", "probe"),
                (dram_cache, "fill_rows", "fill"), (dram_cache, "compose", "slot pointers"),
                (dram_cache, "pool", "pool")]
     saved = [(mod, name, getattr(mod, name)) for mod, name, _ in patches]

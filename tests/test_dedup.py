@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sdm.errors import InvalidArgumentError
-from sdm.kernels.dedup import compose, unique_inverse, unique_ranked, unique_ranked_parts
+from sdm.kernels.dedup import compose, unique_inverse, unique_ranked
 
 I64 = np.iinfo(np.int64)
 
@@ -95,19 +95,3 @@ def test_unique_ranked_and_compose(ids, salt):
     assert unique[rank].tolist() == firsts
     values = unique * 7 + salt  # any per-distinct-id value, mapped to each lookup
     assert np.array_equal(compose(values, rank, inverse), ids * 7 + salt)
-
-
-@given(st.lists(st.lists(st.integers(0, 40), max_size=60), min_size=1, max_size=5))
-def test_unique_ranked_parts_equals_unique_ranked_of_the_whole(parts):
-    """Parts whose ids are apart (part k's ids shifted to k << 48, as a request's tables'
-    cache keys are) give what one unique_ranked of their concatenation gives."""
-    parts = [np.asarray(p, dtype=np.int64) + (k << 48) for k, p in enumerate(parts)]
-    want = unique_ranked(np.concatenate(parts))
-    got = unique_ranked_parts(parts)
-    for w, g in zip(want, got):
-        assert g.dtype == np.int64 and np.array_equal(w, g)
-
-
-def test_unique_ranked_parts_rejects_parts_out_of_order():
-    with pytest.raises(InvalidArgumentError, match="not above"):
-        unique_ranked_parts([np.array([5, 9]), np.array([9, 12])])

@@ -14,12 +14,11 @@ import threading
 import numpy as np
 
 from sdm.kernels.bag import prefetch_row
-from sdm.errors import InvalidArgumentError
 from sdm.kernels.hashmap import GOLDEN
 from sdm.kernels.jit import jit
 from sdm.validate import as_int_array
 
-__all__ = ["unique_inverse", "unique_ranked", "unique_ranked_parts", "compose"]
+__all__ = ["unique_inverse", "unique_ranked", "compose"]
 
 _AHEAD = 16  # ids ahead whose table entry is prefetched
 
@@ -170,44 +169,6 @@ def unique_ranked(ids) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     distinct = _first_seen(ids, inverse, *_scratch(n))
     unique, rank = _sorted_with_rank(distinct)
     return unique, inverse, rank
-
-
-def unique_ranked_parts(parts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`unique_ranked` of the concatenation of ``parts`` (a sequence of ``(n_k,)``
-    integer id arrays, every id of a part below every id of the next: a request's cache keys
-    ``table_id << 48 | row``, table by table). Each part is deduped on its own, so its hash
-    table stays as small as the part (in L2 for a 30K-id table batch, where one table for all
-    parts would spill it) and its radix sort spans only its own ids, then the parts join.
-
-    Raises:
-        InvalidArgumentError: a part is not 1-D or not integer, or two parts' ids overlap or
-            are out of order.
-    """
-    if len(parts) == 1:
-        return unique_ranked(parts[0])
-    parts = [as_int_array(p, "ids", keep_int32=True) for p in parts]
-    inverse = np.empty(sum(p.shape[0] for p in parts), dtype=np.int64)
-    uniques, ranks = [], []
-    start = base = 0
-    for part in parts:
-        n = part.shape[0]
-        mine = inverse[start:start + n]
-        unique, rank = _sorted_with_rank(_first_seen(part, mine, *_scratch(n)))
-        if unique.shape[0]:
-            if uniques and unique[0] <= uniques[-1][-1]:
-                raise InvalidArgumentError(
-                    f"unique_ranked_parts: part {len(uniques)} starts at id {int(unique[0])}, not above "
-                    f"the previous part's largest id {int(uniques[-1][-1])}")
-            if base:
-                mine += base
-                rank += base
-            base += unique.shape[0]
-            uniques.append(unique)
-            ranks.append(rank)
-        start += n
-    if not uniques:
-        return np.empty(0, dtype=np.int64), inverse, np.empty(0, dtype=np.int64)
-    return np.concatenate(uniques), inverse, np.concatenate(ranks)
 
 
 def unique_inverse(ids) -> tuple[np.ndarray, np.ndarray]:

@@ -36,7 +36,7 @@ import numpy as np
 
 from sdm.errors import ConfigError
 from sdm.formats import typed_rows
-from sdm.kernels.dedup import compose, unique_ranked_parts
+from sdm.kernels.dedup import compose, unique_ranked
 from sdm.kernels.policies import M_FLYING, pin_batch
 from sdm.kernels.serve import (C_HITS, C_MISSES, C_PREFETCH_USED, C_PREFETCH_WASTED, C_REJECTED,
                                N_COUNTERS, PREFETCHED, READY_BITS, SLOT_FAILED, SLOT_PENDING,
@@ -263,7 +263,8 @@ class DramCacheTier(CacheTier):
 
     def _pool_batch(self, bags) -> int:
         """:meth:`pool_bags` of ``bags`` (ascending table ids) as one batch."""
-        unique, inverse, rank = unique_ranked_parts([_keys(b.layout, b.indices) for b in bags])
+        keys = [_keys(b.layout, b.indices) for b in bags]
+        unique, inverse, rank = unique_ranked(keys[0] if len(keys) == 1 else np.concatenate(keys))
         batch = self._serve([b.layout for b in bags], unique)
         try:
             rows = compose(batch.ptr, rank, inverse)
