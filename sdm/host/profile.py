@@ -14,9 +14,10 @@ second pass it records
   :func:`sdm.host.variants.with_scm_devices` stripes the same reads over another count of
   devices without serving the trace again;
 * its CPU work, measured here on a live store: the thread CPU time of its
-  ``Store.embedding_bags`` call (the least over two warm passes: noise from other jobs only adds) (dedup, probe, pooling, hits and misses as they fall) and,
-  with a DLRM preset, the bottom MLP and the interaction + top MLP at their measured time per
-  sample; all divided by the host's ``core_speed``.
+  ``Store.embedding_bags`` call (dedup, probe, pooling, hits and misses as they fall; the
+  least over two warm passes, as other jobs only ever add to it) and, with a DLRM preset,
+  the bottom MLP and the interaction + top MLP at their measured time per sample; all
+  divided by the host's ``core_speed``.
 
 It also reports how fast the hit rate settles: the requests of the two passes after which
 the rest's last half is within 0.01 of the rest's whole.

@@ -3,8 +3,9 @@
 The directory (which key sits in which slot) is a :class:`sdm.policies.Cache`, the same
 Numba kernels ``sdm.simulate`` runs; the rows sit in a slot buffer this tier owns. A batch
 (one request: every table's bags; a large request's tables one batch each) is served in a
-fixed number of Numba and numpy calls whatever its size: one dedup and one probe of all its tables' rows (every hit, miss,
-admission and eviction decided in one kernel, under the lock once), one read of every
+fixed number of Numba and numpy calls whatever its size: one dedup and one probe of all its
+tables' rows (every hit, miss, admission and eviction decided in one kernel, under the lock
+once), one read of every
 table's misses from the tier below (:meth:`~sdm.tiers.base.Tier.read_many`: its device model
 counts the blocks, each table's a batch), and per table one scatter into the slots and one
 pooled gather straight from them.
