@@ -242,9 +242,10 @@ class Metered(Tier):
         """The inner tier's counters plus the device's: ``reads`` (blocks), ``bytes_read``,
         ``useful_bytes``, ``read_amplification``, ``modeled_ns`` (busy time), ``energy_j``
         (active over busy time, idle over the rest of the clock's elapsed time), ``wall_ns``
-        (real time spent in reads, including paced waits not deferred to the request's end and, for a cache, the reads of
-        the tiers below it), ``device``, ``io_mode`` (how this tier really reads: ``direct``
-        only where it reads with O_DIRECT, else ``modeled``), ``queue_depth``."""
+        (real time spent in reads, including the paced waits not deferred to the request's
+        end and, for a cache, the reads of the tiers below it), ``device``, ``io_mode`` (how
+        this tier really reads: ``direct`` only where it reads with O_DIRECT, else
+        ``modeled``), ``queue_depth``."""
         with self._lock:
             reads, useful, busy, wall = self._reads, self._useful, self._busy_ns, self._wall_ns
         bytes_read = reads * self.device.access_bytes
