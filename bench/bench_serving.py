@@ -9,6 +9,12 @@ with the other counts; the median is reported with the speedup over one thread, 
 CPU use (cores busy) and the Nand device's utilization and mean queue depth, which show what
 saturates when throughput stops scaling.
 
+It also prints the **device ceiling**: the requests/s at which the Nand model's units are all
+busy, ``1e9 / spacing_ns / reads per request`` (55 units / 85 us over the blocks a request
+reads), as a multiple of one thread's rate. No worker count can serve more than that; a
+closed loop reaches it only with the device's queue never empty, so 4x one thread is in reach
+only where one thread keeps under a quarter of the units busy.
+
 Run::
 
     .venv/bin/python bench/bench_serving.py            # 4 x 1M x 64 fp32 (1 GiB store)
@@ -79,7 +85,8 @@ def serve(store, requests, workers: int) -> tuple[float, float, dict]:
     for name, a in after.items():
         b = before.get(name, {"reads": 0, "in_device_ns": 0.0})
         devices[name] = {"utilization": (a["reads"] - b["reads"]) * a["spacing_ns"] / (wall * 1e9),
-                         "queue_depth": (a["in_device_ns"] - b["in_device_ns"]) / (wall * 1e9)}
+                         "queue_depth": (a["in_device_ns"] - b["in_device_ns"]) / (wall * 1e9),
+                         "reads": a["reads"] - b["reads"], "spacing_ns": a["spacing_ns"]}
     return wall, cpu, devices
 
 
@@ -126,17 +133,32 @@ def main(argv=None) -> int:
         wall, cpu, dev = runs[w][i]
         qps = len(requests) / wall
         base = base or qps
-        nand = dev.get("nand-p4500", {"utilization": 0.0, "queue_depth": 0.0})
+        nand = dev.get("nand-p4500", {"utilization": 0.0, "queue_depth": 0.0, "reads": 0, "spacing_ns": 0.0})
         curve.append((w, qps, cpu / wall))
         print(f"| {w} | {qps:,.0f} | {qps / base:.2f}x | {wall / len(requests) * w * 1e3:.2f} | "
               f"{cpu / wall:.2f} | {nand['utilization']:.2f} | {nand['queue_depth']:.1f} |")
+    ceiling = device_ceiling(runs, len(requests))
+    if ceiling:
+        print(f"\nNand ceiling (every unit busy): {ceiling:,.0f} requests/s = {ceiling / base:.2f}x one thread; "
+              f"the best worker count reaches {max(q for _, q, _ in curve) / ceiling:.0%} of it")
     if args.plot:
-        print(f"wrote {plot(curve, args.plot)}")
+        print(f"wrote {plot(curve, args.plot, ceiling)}")
     return 0
 
 
-def plot(curve, path) -> str:
-    """Requests/s (left axis) and cores busy (right axis) against worker threads."""
+def device_ceiling(runs, n_requests: int) -> float:
+    """Requests/s at which the Nand model's units are all busy: its reads per second at full
+    load (``1e9 / spacing_ns``) over the blocks one request reads (the mean over every run)."""
+    done = [r[2]["nand-p4500"] for rs in runs.values() for r in rs if "nand-p4500" in r[2]]
+    reads = sum(d["reads"] for d in done)
+    if not reads:
+        return 0.0
+    return 1e9 / done[0]["spacing_ns"] / (reads / (n_requests * len(done)))
+
+
+def plot(curve, path, ceiling: float = 0.0) -> str:
+    """Requests/s (left axis) and cores busy (right axis) against worker threads, and the
+    device ceiling (:func:`device_ceiling`) when there is one."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -144,8 +166,10 @@ def plot(curve, path) -> str:
     fig, ax = plt.subplots(figsize=(6.5, 4))
     ax.plot(workers, qps, marker="o", label="requests/s")
     ax.plot(workers, [qps[0] * w for w in workers], linestyle=":", color="grey", label="linear in workers")
+    if ceiling:
+        ax.axhline(ceiling, linestyle="--", color="tab:green", label="Nand ceiling (all units busy)")
     ax.set_xscale("log", base=2)
-    ax.set_ylim(0, max(qps) * 1.3)
+    ax.set_ylim(0, max(max(qps), ceiling) * 1.3)
     ax.set_xlabel("worker threads")
     ax.set_ylabel("requests/s")
     right = ax.twinx()
