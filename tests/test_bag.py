@@ -132,8 +132,9 @@ def test_matches_reference(case):
 @pytest.mark.parametrize("fmt", sdm.ROW_FORMATS)
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("every_line", [False, True])
-def test_large_batch_all_threads(fmt, threads, every_line):
+def test_large_batch_all_threads(fmt, threads, every_line, monkeypatch):
     """Many bags over several chunks, prefetch running ahead across bag boundaries."""
+    monkeypatch.setattr(pooling, "SERIAL_BELOW_LOOKUPS", 0)  # the parallel driver, at any wait policy
     rng = np.random.default_rng(7)
     table, rows = make_table(rng, 5000, 64, fmt)
     lens = rng.integers(0, 40, 701)
@@ -314,10 +315,11 @@ def test_int8_against_torch_byte_rowwise(weighted):
 @pytest.mark.parametrize("fmt", sdm.ROW_FORMATS)
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("dim", [16, 64, 100])
-def test_a_bag_pools_bitwise_alike_in_any_batch(fmt, weighted, dim):
+def test_a_bag_pools_bitwise_alike_in_any_batch(fmt, weighted, dim, monkeypatch):
     # A big batch runs the parallel driver (2+ threads); one bag alone runs the serial core.
     # A pooled-embedding cache pools its misses as a smaller batch, so the two must agree
     # to the bit, not within a tolerance.
+    monkeypatch.setattr(pooling, "SERIAL_BELOW_LOOKUPS", 64)  # the big batch parallel, one bag serial
     rng = np.random.default_rng(7)
     rows = rng.standard_normal((1000, dim)).astype(np.float32)
     table = sdm.formats.typed_rows(sdm.quantize_rows(rows, fmt), fmt)

@@ -126,6 +126,28 @@ def test_a_model_adds_its_mlps(tmp_path):
     np.testing.assert_allclose(p.cpu_bottom_ns, p.samples * p.bottom_ns_per_sample)
 
 
+def test_the_cpu_time_is_measured_with_the_kernels_on_one_thread(tmp_path, monkeypatch):
+    """The profile times each request on the calling thread's clock, which does not see the
+    CPU time of Numba's parallel threads; so the kernels must run on that thread only, and the
+    caller's thread count is given back after."""
+    import numba
+
+    from sdm.store.store import Store
+
+    seen = []
+    real = Store.embedding_bags
+
+    def recording(self, requests, **kw):
+        seen.append(numba.get_num_threads())
+        return real(self, requests, **kw)
+
+    monkeypatch.setattr(Store, "embedding_bags", recording)
+    before = numba.get_num_threads()
+    build_profile(TINY, "dram", "this-machine", dim=8, workdir=str(tmp_path))
+    assert seen and set(seen) == {1}
+    assert numba.get_num_threads() == before
+
+
 def test_unsupported_hierarchies_and_direct_without_a_disk_are_errors(tmp_path):
     with pytest.raises(ConfigError, match="host model covers"):
         build_profile(TINY, "three-tier", dim=8, workdir=str(tmp_path))

@@ -3,6 +3,8 @@ caller that takes CSR bags: ids, offsets, per-sample weights."""
 
 from __future__ import annotations
 
+import os
+
 import numba
 import numpy as np
 
@@ -189,9 +191,13 @@ _NO_WEIGHTS = np.empty(0, dtype=np.float32)
 # fmt -> (serial core over bags [b0, b1), parallel driver)
 _KERNELS = {"fp32": (_fp32_range, bag_fp32), "fp16": (_fp16_range, bag_fp16),
             "int8": (_int8_range, bag_int8)}
-# Below this many lookups one thread finishes before a parallel region would have started
-# (launching one costs a few microseconds; a lookup costs 5-50 ns).
-SERIAL_BELOW_LOOKUPS = 1024
+# Below this many lookups one thread finishes before a parallel region would have started (a
+# lookup costs 5-50 ns). What a launch costs depends on how OpenMP's threads wait between regions
+# (sdm.kernels.jit): spinning (OMP_WAIT_POLICY=active) ~0.1 us, so 2 threads break even at 1K
+# lookups; asleep (passive, sdm's default) each launch wakes them by futex, ~50 us on this
+# project's 2-core VMs, so 2 threads break even only at 32K lookups back to back, and a serving
+# store's 4K-lookup tables pooled in parallel took 1.65x the time (bench/RESULTS.md).
+SERIAL_BELOW_LOOKUPS = 1024 if os.environ.get("OMP_WAIT_POLICY", "").strip().lower() == "active" else 1 << 15
 # The kernels' tuned variant for this CPU (sdm.kernels.cpu.gather_variant), passed to them as
 # arguments: prefetch every line of each row, or its first and last line.
 PREFETCH_EVERY_LINE = gather_variant(host_cpu())["prefetch_every_line"]
