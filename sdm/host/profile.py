@@ -331,10 +331,11 @@ def _measure_cpu(tr, store_path, config, request_size, model, seed, fit_model=Fa
     (caches and memory bandwidth taken, a sibling hyperthread busy), never deflated, so the
     minimum over passes is the request's own cost.
 
-    The store's kernels run on one thread meanwhile (:func:`_one_kernel_thread`): a table of
-    1,024 lookups or more is pooled by Numba's parallel threads, whose CPU time the calling
-    thread's clock does not see (the bundled trace's requests measured 453 us of it against
-    714 us of the process's), and the simulation runs each request's task on one core."""
+    The store's kernels run on one thread meanwhile (:func:`_one_kernel_thread`): a large
+    table's lookups (``sdm.kernels.pooling.SERIAL_BELOW_LOOKUPS`` or more) are pooled by Numba's
+    parallel threads, whose CPU time the calling thread's clock does not see (with 1,024 there,
+    the bundled trace's requests measured 453 us of it against 714 us of the process's), and
+    the simulation runs each request's task on one core."""
     with Store.open(store_path, config=with_io_mode(config, "modeled")) as st, _one_kernel_thread():
         names = check_store_tables(st, tr.table_sizes)
         reqs = list(iter_requests(tr, request_size))
