@@ -133,7 +133,7 @@ def main(argv=None) -> int:
         wall, cpu, dev = runs[w][i]
         qps = len(requests) / wall
         base = base or qps
-        nand = dev.get("nand-p4500", {"utilization": 0.0, "queue_depth": 0.0, "reads": 0, "spacing_ns": 0.0})
+        nand = dev.get("nand-p4500", {"utilization": 0.0, "queue_depth": 0.0})
         curve.append((w, qps, cpu / wall))
         print(f"| {w} | {qps:,.0f} | {qps / base:.2f}x | {wall / len(requests) * w * 1e3:.2f} | "
               f"{cpu / wall:.2f} | {nand['utilization']:.2f} | {nand['queue_depth']:.1f} |")
