@@ -114,14 +114,20 @@ def test_stale_file_is_rebuilt_without_a_damage_record(store):
     assert stats["rebuilds"] == 1 and stats["damage_events"] == 0
 
 
-def test_older_format_version_is_stale_not_damage(store):
+@pytest.mark.parametrize("version", [2, 4])
+def test_older_format_version_is_stale_not_damage(store, version):
     _, path = read_once(store)
     layout = Manifest.read(store).tables[0]
-    # a version 2 header: the same fields, a CRC over them only
-    head = struct.pack("<8sIIQQQQI32s", b"SDMROWS\x00", 2, 0, layout.generation, SPEC.num_rows,
+    # the fields of versions 2-4 (no database version); 2: a CRC over them only, 3-4: a CRC
+    # over the rest of the page too
+    head = struct.pack("<8sIIQQQQI32s", b"SDMROWS\x00", version, 0, layout.generation, SPEC.num_rows,
                        SPEC.row_bytes, SPEC.num_rows * SPEC.row_bytes, 0, bytes(32))
     with open(path, "r+b") as f:
-        f.write(head + struct.pack("<I", zlib.crc32(head)))
+        if version == 2:
+            f.write(head + struct.pack("<I", zlib.crc32(head)))
+        else:
+            rest = bytes(HEADER_BYTES - len(head) - 4)
+            f.write(head + struct.pack("<I", zlib.crc32(rest, zlib.crc32(head))) + rest)
     stats, _ = read_once(store)
     assert stats["rebuilds"] == 1 and stats["damage_events"] == 0
 

@@ -114,6 +114,50 @@ def test_many_updated_rows_rebuild_the_row_file(store_path):
         assert scm["rebuilds_for_updates"] == 1 and scm["updated_rows"] == 60
 
 
+def _batch_in_flight(store):
+    """Hold ``store``'s view of one batch (its read lock and LMDB snapshot), as a request
+    running while another process writes."""
+    return store._serving()
+
+
+def test_a_row_file_built_from_an_older_snapshot_elsewhere_is_patched_not_trusted(store_path):
+    """Another process's batch, at the version before an update, finds the row file the writer
+    dropped for that update missing and builds it from its own snapshot. The writer maps that
+    file next: it must serve the updated rows, not the file's (the file names its version)."""
+    spec = SPECS[0]
+    ids = np.arange(0, spec.num_rows, 3, dtype=np.int64)  # a third of the table: past 5%
+    old, new = decoded(spec, rows_at(spec, 0)), decoded(spec, rows_at(spec, 1))
+    model = old.copy()
+    model[ids] = new[ids]
+    with sdm.Store.open(store_path, config=TIGHT) as writer, \
+            sdm.Store.open(store_path, config=TIGHT, readonly=True) as other:
+        np.testing.assert_array_equal(writer.lookup("f32", np.arange(spec.num_rows)), old)
+        with _batch_in_flight(other):
+            writer.update_rows("f32", ids, rows_at(spec, 1)[ids])
+            np.testing.assert_array_equal(other.lookup("f32", np.arange(spec.num_rows)), old)
+        np.testing.assert_array_equal(writer.lookup("f32", np.arange(spec.num_rows)), model)
+        np.testing.assert_array_equal(other.lookup("f32", np.arange(spec.num_rows)), model)
+
+
+def test_a_batch_older_than_the_row_file_it_maps_serves_its_own_version(store_path):
+    """A reader maps the file a writer rebuilt after an update while the reader's batch still
+    holds the version before it: that batch serves the old rows whole (the snapshot cannot
+    tell which rows the file's newer version changed, so all come from LMDB), and its next
+    batch the new ones."""
+    spec = SPECS[0]
+    ids = np.arange(0, spec.num_rows, 3, dtype=np.int64)
+    old, new = decoded(spec, rows_at(spec, 0)), decoded(spec, rows_at(spec, 1))
+    model = old.copy()
+    model[ids] = new[ids]
+    with sdm.Store.open(store_path, config=TIGHT) as writer, \
+            sdm.Store.open(store_path, config=TIGHT, readonly=True) as reader:
+        with _batch_in_flight(reader):
+            writer.update_rows("f32", ids, rows_at(spec, 1)[ids])
+            np.testing.assert_array_equal(writer.lookup("f32", np.arange(spec.num_rows)), model)
+            np.testing.assert_array_equal(reader.lookup("f32", np.arange(spec.num_rows)), old)
+        np.testing.assert_array_equal(reader.lookup("f32", np.arange(spec.num_rows)), model)
+
+
 def test_publish_after_updates_clears_the_log(store_path):
     with sdm.Store.open(store_path, config="sdm-nand") as store:
         store.update_rows("i8", [1, 2], np.ones((2, 24), np.float32))

@@ -61,6 +61,7 @@ def make_tier(kind, db, directory):
         mapped = MmapTier(db, directory)
         tier = PatchedTier(mapped, db, rowfile=mapped.path_of)
         for layout in Manifest.read(directory).tables:
+            mapped.built_version(layout)  # mapped first: the tier patches a mapped file's rows
             tier.rows_changed(layout, np.arange(0, layout.spec.num_rows, 50, dtype=np.int64))
         return tier
     if kind == "cache":  # a small cache, so batches both hit and evict

@@ -46,6 +46,10 @@ class MmapTier(Tier):
 
     ``io_engine`` serves :meth:`read_rows_direct`: the device's engine, shared with every
     other tier and request on it (a hierarchy passes one); without one the tier starts its own.
+
+    ``accept_file(layout, built_version)``, when set (by :class:`~sdm.tiers.patched.PatchedTier`),
+    judges a current, intact file found on disk before it is mapped: one it refuses is rebuilt
+    from the calling thread's snapshot, like a stale one.
     """
 
     name = kind = "mmap"
@@ -63,6 +67,7 @@ class MmapTier(Tier):
         self.io_engine = io_engine
         self._own_engine: IOEngine | None = None
         self._local = threading.local()
+        self.accept_file = None
         self._rows = 0
         self._rebuilds = 0
         self._damage: deque[dict] = deque(maxlen=DAMAGE_LOG)
@@ -81,6 +86,9 @@ class MmapTier(Tier):
             order, _, digest = self._order(layout)
             path = rowfile_path(self._directory, layout, digest)
             rf, why = open_verified(path, layout, digest)
+            if rf is not None and self.accept_file is not None and not self.accept_file(layout, rf.built_version):
+                rf.close()  # never mapped for a reader
+                rf, why = None, STALE
             if rf is None:
                 self._rebuild(layout, path, order, digest, None if why == STALE else why)
                 rf, why = open_verified(path, layout, digest)
@@ -90,6 +98,11 @@ class MmapTier(Tier):
                                             path=path, table=layout.name)
             self._files[layout.table_id] = rf
             return rf
+
+    def built_version(self, layout: TableLayout) -> int:
+        """The database version whose rows the file this tier reads for ``layout`` holds
+        (mapped first, or built from the calling thread's snapshot, as for a read)."""
+        return self._file(layout).built_version
 
     def _rebuild(self, layout, path, order, digest, damage: str | None) -> None:
         """Build ``layout``'s file from LMDB; ``damage`` (what was wrong, None for a missing

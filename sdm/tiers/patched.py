@@ -1,19 +1,20 @@
 """Rows updated since a derived copy was made, served from the durable copy instead.
 
 The SCM row files are derived from LMDB a whole table at a time; rewriting one for every
-``update_rows`` would cost the table. Instead the hierarchy keeps, per table, the sorted ids
-updated in its committed generation (from the database's change log), and this wrapper
-reads those from LMDB — the truth — and every other row from the derived file. A derived
-file is therefore never read for a row it may hold stale, whenever it was built. Publishing
-a new generation (``write_table``) empties the set.
+``update_rows`` would cost the table. A row file instead names the database version its rows
+are of (:mod:`sdm.tiers.rowfile`), and this wrapper reads from LMDB — the truth, in the
+reader's snapshot — every row the change log shows updated between that version and the
+reader's, and every other row from the file. So a file is never read for a row it may hold
+at another version, whoever built it and when: another process may build the file this one
+maps next from an older snapshot than this one's, or from a newer one (then, until this
+process catches up, every row of that table comes from LMDB). Publishing a new generation
+(``write_table``) starts the table afresh.
 
 Once a table's updated rows pass :data:`REBUILD_FRACTION` of it, reading them one LMDB block
-at a time costs more than the derived file saves: the file is dropped, rebuilt from LMDB
-by the next read (inside that batch's snapshot, so it holds every update seen so far), and
-the set starts empty again. The old file is unlinked first (its header still names the
-committed generation, so it would pass as current); other processes keep their mapping of
-it and their own set, and a process opening later takes every logged update of the
-generation as updated, whichever file it finds.
+at a time costs more than the file saves: the file is dropped and rebuilt from LMDB by the
+next read (inside that batch's snapshot), and a file found on disk that far behind is
+rebuilt instead of mapped. The old file is unlinked first; other processes keep their
+mapping of it.
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ REBUILD_FRACTION = 0.05
 
 
 class PatchedTier(Tier):
-    """``inner`` (a derived copy of every row) with the rows of :meth:`rows_changed` read from
-    ``db``; ``rowfile(layout)`` names the file ``inner`` derives for a table (unlinked to force
-    a rebuild)."""
+    """``inner`` (an :class:`~sdm.tiers.mmap.MmapTier`: a derived copy of every row, each file
+    naming its version) with the rows updated since ``db`` read from ``db``; ``rowfile(layout)``
+    names the file ``inner`` derives for a table (unlinked to force a rebuild)."""
 
     holds_all_rows = True
 
@@ -46,22 +47,28 @@ class PatchedTier(Tier):
         self.kind = inner.kind
         self.supports_direct_io = inner.supports_direct_io
         self._db = db
-        self._dirty: dict[int, np.ndarray] = {}  # table id -> sorted unique updated ids
+        # table id -> (version of the file inner maps, sorted unique ids updated since it):
+        # set on a table's first read, extended by rows_changed while that file stays mapped.
+        self._patch: dict[int, tuple[int, np.ndarray]] = {}
         self._lock = threading.Lock()
         self._patched_reads = 0
         self._rebuilds = 0
+        inner.accept_file = self._close_enough
 
     def rows_changed(self, layout: TableLayout, ids: np.ndarray) -> None:
-        """Rows ``ids`` (sorted, unique) of ``layout``'s table changed in the database."""
+        """Rows ``ids`` (sorted, unique) of ``layout``'s table changed in the database (the
+        store's writer catching up, no read in flight)."""
         with self._lock:
-            old = self._dirty.get(layout.table_id)
-            dirty = ids.copy() if old is None else np.union1d(old, ids)
+            got = self._patch.get(layout.table_id)
+            if got is None:
+                return  # no file mapped: its first read takes the changes from the log
+            dirty = np.union1d(got[1], ids)
             rebuild = len(dirty) > REBUILD_FRACTION * layout.spec.num_rows
             if rebuild:
-                self._dirty.pop(layout.table_id, None)
+                del self._patch[layout.table_id]
                 self._rebuilds += 1
             else:
-                self._dirty[layout.table_id] = dirty
+                self._patch[layout.table_id] = (got[0], dirty)
         if rebuild:
             if self._rowfile is not None:
                 try:
@@ -70,9 +77,50 @@ class PatchedTier(Tier):
                     pass
             self.inner.invalidate(layout)
 
+    def _changed_since(self, layout: TableLayout, version: int, txn) -> np.ndarray:
+        """Sorted unique ids of ``layout``'s generation updated after ``version``, up to
+        ``txn``'s snapshot."""
+        changed = [ids for _, table_id, generation, ids in self._db.changes(version, txn)
+                   if table_id == layout.table_id and generation == layout.generation]
+        return np.unique(np.concatenate(changed)) if changed else np.empty(0, dtype=np.int64)
+
+    def _close_enough(self, layout: TableLayout, built_version: int) -> bool:
+        """Whether a file found on disk, of ``built_version``, is worth mapping: not so far
+        behind the calling thread's snapshot that its updated rows pass the rebuild fraction."""
+        with self._db.snapshot() as txn:
+            if built_version >= self._db.version(txn):
+                return True
+            far = len(self._changed_since(layout, built_version, txn)) > REBUILD_FRACTION * layout.spec.num_rows
+        if far:
+            with self._lock:
+                self._rebuilds += 1
+        return not far
+
+    def _updated(self, layout: TableLayout) -> np.ndarray | None:
+        """Sorted ids of ``layout``'s table that the file ``inner`` maps may hold at another
+        version than the calling thread's snapshot; None for every row (a file newer than
+        the snapshot: which rows it changed the snapshot cannot tell)."""
+        built = self.inner.built_version(layout)
+        got = self._patch.get(layout.table_id)
+        if got is not None and got[0] == built:
+            return got[1]
+        with self._lock, self._db.snapshot() as txn:
+            got = self._patch.get(layout.table_id)
+            if got is not None and got[0] == built:  # another thread got here first
+                return got[1]
+            if built > self._db.version(txn):
+                return None
+            dirty = self._changed_since(layout, built, txn)
+            self._patch[layout.table_id] = (built, dirty)
+            return dirty
+
     def _split(self, layout, ids):
-        dirty = self._dirty.get(layout.table_id)
-        if dirty is None or not len(ids):
+        if not len(ids):
+            return None
+        dirty = self._updated(layout)
+        if dirty is None:
+            return np.ones(len(ids), dtype=np.bool_)
+        if not len(dirty):
             return None
         hit = np.isin(ids, dirty, assume_unique=True)
         return hit if hit.any() else None
@@ -108,9 +156,9 @@ class PatchedTier(Tier):
         return self.inner.resident(layout)
 
     def invalidate(self, layout):
-        """A new generation: nothing of it has been updated yet."""
+        """A new generation: its rows are the new file's."""
         with self._lock:
-            self._dirty.pop(layout.table_id, None)
+            self._patch.pop(layout.table_id, None)
         self.inner.invalidate(layout)
 
     def stats(self):
@@ -119,7 +167,7 @@ class PatchedTier(Tier):
         inner = self.inner.stats()
         return {**inner, "hits": inner["hits"] + self._patched_reads,
                 "updated_rows_from_lmdb": self._patched_reads,
-                "updated_rows": int(sum(len(v) for v in self._dirty.values())),
+                "updated_rows": int(sum(len(v) for _, v in self._patch.values())),
                 "rebuilds_for_updates": self._rebuilds}
 
     def close(self):

@@ -6,7 +6,8 @@ The row file is derived from the LMDB durable copy and rebuildable at any time::
     order, named by its SHA-256)
         [0, 4096)        header: magic, version, table id, generation, num_rows, row_bytes,
                          data bytes, CRC32 of the page-checksum table, SHA-256 of the row
-                         order (zeros for identity order), CRC32 of the whole header page
+                         order (zeros for identity order), the database version its rows
+                         were read at, CRC32 of the whole header page
         [4096, 4096 + D) the row at position p at 4096 + p * row_bytes (rows packed, so with
                          a 512 B device a row may straddle two blocks and cost two reads),
                          padded to D, a whole number of 4 KiB pages, so O_DIRECT can read
@@ -18,8 +19,10 @@ Positions are row ids unless the tier is given a row order for the table (a plac
 ``row_order``: ``order[p]`` is the row at position p, so rows looked up together can share
 device blocks); reads then map ids through ``pos = inverse(order)``.
 
-A file is used only when its header matches the table's committed generation, geometry and
-row order, its size is right and its page-checksum table matches its CRC32 (checked when the
+A file holds its rows as of one database version, which its header names (the builder reads
+every row in one LMDB snapshot); a reader whose snapshot is of another version patches the rows
+updated in between (:mod:`sdm.tiers.patched`). A file is used only
+when its header matches the table's committed generation, geometry and row order, its size is right and its page-checksum table matches its CRC32 (checked when the
 file is opened: a 4-byte read per 4 KiB page, so opening costs 0.1% of the file, not all of
 it); otherwise — missing, stale after a ``write_table``, built for another order, damaged —
 it is rebuilt from LMDB: streamed a chunk at a time into a temporary file, fsynced, renamed
@@ -70,19 +73,22 @@ PAGE_BYTES = 4096
 _MAGIC = b"SDMROWS\x00"
 # 2: the row order's digest. 3: the CRCs cover the whole header page and the data's padding.
 # 4: a CRC32 per data page, checked on first read instead of the whole data on open.
+# 5: the database version the rows were read at.
 # Files are derived data: older versions are stale and rebuilt.
-_VERSION = 4
-# magic, version, table id, generation, rows, row bytes, data bytes, page-table crc, order digest
-_HEAD = struct.Struct("<8sIIQQQQI32s")
+_VERSION = 5
+# magic, version, table id, generation, rows, row bytes, data bytes, page-table crc, order
+# digest, database version of the rows
+_HEAD = struct.Struct("<8sIIQQQQI32sQ")
 IDENTITY = bytes(32)
 _SIBLING = re.compile(r"t(\d+)(-[0-9a-f]{12})?\.rows")
 # Rows gathered per chunk when building a file in a row order (bounds the builder's memory).
 _BUILD_CHUNK_BYTES = 32 << 20
 _HEAD_CRC = struct.Struct("<I")
 _CRC_AT = _HEAD.size  # the header CRC's offset; it covers every other byte of the page
-# Older versions' header sizes (their CRC follows and covers only those bytes): an intact
-# older header is stale, not damage. Version 3 has this version's header.
-_OLD_HEADS = {1: 44, 2: _HEAD.size}
+# An intact older header is stale, not damage. Versions 1-2: their header's size, followed by
+# a CRC of only those bytes; 3-4: their header's size, followed by a CRC of the whole page.
+_OLD_HEADS = {1: 44, 2: 84}
+_OLD_PAGE_HEADS = {3: 84, 4: 84}
 _PAGE_CRC = np.dtype("<u4")
 STALE = "stale"  # open_verified's reason for a file of another generation or order: not damage
 
@@ -106,14 +112,15 @@ def _file_bytes(data_bytes: int) -> tuple[int, int]:
     return data, _padded(data // PAGE_BYTES * _PAGE_CRC.itemsize)
 
 
-def _header_crc(page: bytes) -> int:
-    return zlib.crc32(page[_CRC_AT + _HEAD_CRC.size:HEADER_BYTES], zlib.crc32(page[:_CRC_AT]))
+def _header_crc(page: bytes, at: int = _CRC_AT) -> int:
+    """The CRC32 of a header page but for the 4 bytes at ``at``, where it is stored."""
+    return zlib.crc32(page[at + _HEAD_CRC.size:HEADER_BYTES], zlib.crc32(page[:at]))
 
 
-def _header(layout: TableLayout, data_bytes: int, crc: int, digest: bytes) -> bytes:
+def _header(layout: TableLayout, data_bytes: int, crc: int, digest: bytes, built_version: int) -> bytes:
     """The whole header page."""
     head = _HEAD.pack(_MAGIC, _VERSION, layout.table_id, layout.generation, layout.spec.num_rows,
-                      layout.spec.row_bytes, data_bytes, crc, digest)
+                      layout.spec.row_bytes, data_bytes, crc, digest, built_version)
     page = head + bytes(HEADER_BYTES - len(head))
     return head + _HEAD_CRC.pack(_header_crc(page)) + page[_CRC_AT + _HEAD_CRC.size:]
 
@@ -146,12 +153,15 @@ def _unchecked_pages(pos, width, checked, out):
 
 class RowFile:
     """One open row file (header and page table verified): its mmap, a ``(num_rows,
-    row_bytes)`` view, the page CRCs and which pages have been checked against them, and an
-    O_DIRECT descriptor opened on first direct read."""
+    row_bytes)`` view, the page CRCs and which pages have been checked against them, an
+    O_DIRECT descriptor opened on first direct read, and ``built_version``: the database
+    version its rows are of."""
 
-    def __init__(self, path: str, layout: TableLayout, fd: int, mm: mmap.mmap, data_bytes: int):
+    def __init__(self, path: str, layout: TableLayout, fd: int, mm: mmap.mmap, data_bytes: int,
+                 built_version: int):
         self.path = path
         self.layout = layout
+        self.built_version = built_version
         self.fd = fd
         self.mmap = mm
         self.size = len(mm)
@@ -256,11 +266,13 @@ def _verify(fd: int, path: str, layout: TableLayout, digest: bytes,
         n = _OLD_HEADS[version]
         if _HEAD_CRC.unpack_from(page, n)[0] == zlib.crc32(page[:n]):
             return None, STALE
+    if page[:8] == _MAGIC and version in _OLD_PAGE_HEADS:
+        n = _OLD_PAGE_HEADS[version]
+        if _HEAD_CRC.unpack_from(page, n)[0] == _header_crc(page, n):
+            return None, STALE
     if _HEAD_CRC.unpack_from(page, _CRC_AT)[0] != _header_crc(page):
         return None, "header fails its CRC32"
     fields = _HEAD.unpack_from(page)
-    if fields[0] == _MAGIC and fields[1] == 3:
-        return None, STALE
     if fields[0] != _MAGIC or fields[1] != _VERSION:
         return None, f"header has magic {fields[0]!r} version {fields[1]} under an intact CRC"
     if fields[3] != layout.generation or fields[8] != digest:
@@ -276,7 +288,7 @@ def _verify(fd: int, path: str, layout: TableLayout, digest: bytes,
     if zlib.crc32(os.pread(fd, table, HEADER_BYTES + padded)) != fields[7]:
         return None, "page-checksum table fails its CRC32"
     mm = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
-    return RowFile(path, layout, fd, mm, padded), None
+    return RowFile(path, layout, fd, mm, padded, fields[9]), None
 
 
 def _ordered_rows(db: RowDB, layout: TableLayout, order: np.ndarray):
@@ -331,8 +343,9 @@ def build_rowfile(db: RowDB, directory: str, layout: TableLayout,
                   order: np.ndarray | None = None, digest: bytes | None = None) -> str:
     """Write ``layout``'s row file from LMDB atomically, rows in ``order`` (``(num_rows,)
     int64`` permutation; None = identity; ``digest`` its :func:`order_digest` when known);
-    returns its path. Files of the same table for older generations (any order) are deleted
-    after it is in place."""
+    returns its path. Every row is read in one snapshot (the calling thread's, if it holds
+    one), whose database version the header records. Files of the same table for older
+    generations (any order) are deleted after it is in place."""
     digest = order_digest(order) if digest is None else digest
     path = rowfile_path(directory, layout, digest)
     folder = os.path.dirname(path)
@@ -340,7 +353,8 @@ def build_rowfile(db: RowDB, directory: str, layout: TableLayout,
     tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     data_bytes = layout.spec.num_rows * layout.spec.row_bytes
     try:
-        with open(tmp, "wb") as f:
+        with db.snapshot() as txn, open(tmp, "wb") as f:
+            built_version = db.version(txn)
             f.write(bytes(HEADER_BYTES))
             page_crcs = _PageCrcs()
             chunks = db.iter_blocks(layout) if order is None else _ordered_rows(db, layout, order)
@@ -353,7 +367,7 @@ def build_rowfile(db: RowDB, directory: str, layout: TableLayout,
             table = page_crcs.table()
             f.write(table)
             f.seek(0)
-            f.write(_header(layout, data_bytes, zlib.crc32(table), digest))
+            f.write(_header(layout, data_bytes, zlib.crc32(table), digest, built_version))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
