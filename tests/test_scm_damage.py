@@ -17,6 +17,7 @@ from sdm.tiers.manifest import Manifest
 from sdm.tiers import MmapTier
 from sdm.tiers.lmdb import RowDB
 from sdm.tiers.mmap import DAMAGE_LOG
+from sdm.tiers.patched import PatchedTier
 from sdm.tiers.rowfile import HEADER_BYTES, rowfile_path
 
 SPEC = sdm.TableSpec("t", 2000, 20, "int8")  # 28 B rows: 56000 data bytes in 14 pages, 1344 of padding
@@ -269,3 +270,56 @@ def test_direct_reads_use_the_mapped_file_even_after_another_process_rebuilt_its
         assert stats["damage_events"] == 0 and stats["damage"] == []
     finally:
         reader.close()
+
+
+@pytest.mark.parametrize("direct", [False, True])
+def test_a_damaged_file_replaced_by_another_version_mid_read_serves_the_batch_version(store, direct):
+    """A batch patched for the file it mapped (built after an update, nothing to patch) finds it damaged;
+    by the time the rebuilt file is opened, another process has put at the path one it built
+    before the update. The batch still serves the updated rows: the file it is served from is
+    of another version than the one it was patched for, so those rows come from LMDB."""
+    db = RowDB(store)
+    mapped = MmapTier(db, store)
+    tier = PatchedTier(mapped, db, rowfile=mapped.path_of)
+    layout = Manifest.read(store).tables[0]
+    path = rowfile_path(store, layout)
+    want = sdm.quantize_rows(ROWS, SPEC.fmt)
+    every = np.arange(SPEC.num_rows, dtype=np.int64)
+
+    def read_all():
+        out = np.empty((SPEC.num_rows, SPEC.row_bytes), dtype=np.uint8)
+        if direct:
+            tier.read_rows_direct(layout, every, out, queue_depth=2)
+        else:
+            tier.read_rows(layout, every, out)
+        return out
+
+    try:
+        np.testing.assert_array_equal(read_all(), want)  # builds and maps the version-0 file
+        v0 = mapped.built_version(layout)
+        with open(path, "rb") as f:
+            version_0_file = f.read()
+        ids = np.arange(0, SPEC.num_rows, 50, dtype=np.int64)  # 2%: a version-0 file is close enough
+        want[ids] = sdm.quantize_rows(rows_from(SPEC, 1)[ids], SPEC.fmt)
+        v1 = db.update_rows(layout, ids, want[ids])
+        os.unlink(path)  # the file rebuilt at version 1, as after a larger update
+        tier.invalidate(layout)
+        np.testing.assert_array_equal(read_all(), want)
+        assert mapped.built_version(layout) == v1 > v0
+
+        rebuild = mapped._rebuild
+
+        def rebuild_then_another_process_replaces(*args):
+            rebuild(*args)
+            with open(path + ".other", "wb") as f:
+                f.write(version_0_file)
+            os.replace(path + ".other", path)
+
+        mapped._rebuild = rebuild_then_another_process_replaces
+        os.truncate(path, HEADER_BYTES)  # damage: found by the next read
+        np.testing.assert_array_equal(read_all(), want)
+        assert mapped.built_version(layout) == v0 and mapped.stats()["damage_events"] == 1
+        np.testing.assert_array_equal(read_all(), want)  # the next batch patches the version-0 file
+    finally:
+        tier.close()
+        db.close()

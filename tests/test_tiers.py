@@ -61,8 +61,11 @@ def make_tier(kind, db, directory):
         mapped = MmapTier(db, directory)
         tier = PatchedTier(mapped, db, rowfile=mapped.path_of)
         for layout in Manifest.read(directory).tables:
-            mapped.built_version(layout)  # mapped first: the tier patches a mapped file's rows
+            # A first read maps the file and starts its patch set; rows_changed extends it.
+            tier.read_rows(layout, np.zeros(1, np.int64), np.empty((1, layout.spec.row_bytes), np.uint8))
             tier.rows_changed(layout, np.arange(0, layout.spec.num_rows, 50, dtype=np.int64))
+        if tier.stats()["updated_rows"] == 0:
+            raise AssertionError("the patched fixture patches no row")
         return tier
     if kind == "cache":  # a small cache, so batches both hit and evict
         return DramCacheTier(metered(MmapTier(db, directory), "optane-p4800x-512"), 64, 4400)

@@ -25,7 +25,12 @@ from sdm.tiers.rowfile import (HEADER_BYTES, IDENTITY, PAGE_BYTES, STALE, Damage
                                build_rowfile, open_verified, order_digest, rowfile_path)
 from sdm.validate import check_permutation
 
-__all__ = ["MmapTier", "DAMAGE_LOG"]
+__all__ = ["MmapTier", "DAMAGE_LOG", "FileReplaced"]
+
+
+class FileReplaced(Exception):
+    """A read asked for the file of one database version (``built_version=``) and the file
+    mapped for the table now is of another (a damaged file was replaced since)."""
 
 #: Damage records kept in :meth:`MmapTier.stats` (``damage``).
 DAMAGE_LOG = 100
@@ -49,7 +54,10 @@ class MmapTier(Tier):
 
     ``accept_file(layout, built_version)``, when set (by :class:`~sdm.tiers.patched.PatchedTier`),
     judges a current, intact file found on disk before it is mapped: one it refuses is rebuilt
-    from the calling thread's snapshot, like a stale one.
+    from the calling thread's snapshot, like a stale one. A read given ``built_version``
+    reads only a file of that version: if the file mapped is another one (rebuilt after
+    damage, maybe by another process at another version), it raises :class:`FileReplaced`
+    and reads nothing, so a caller that patched for one version is never served another's.
     """
 
     name = kind = "mmap"
@@ -157,22 +165,29 @@ class MmapTier(Tier):
             order, _, digest = self._order(layout)
             self._rebuild(layout, rf.path, order, digest, what)
 
-    def _repaired(self, layout, read) -> None:
-        """``read(rf)`` on ``layout``'s file; damage it finds (``Damaged``) is recorded, the
-        file rebuilt from LMDB and ``read`` run once more on the new one."""
-        rf = self._file(layout)
+    def _repaired(self, layout, read, built_version=None) -> None:
+        """``read(rf)`` on ``layout``'s file (of ``built_version``, when given: see the class
+        docstring); damage it finds (``Damaged``) is recorded, the file rebuilt from LMDB and
+        ``read`` run once more on the new one."""
+        rf = self._file_of(layout, built_version)
         try:
             return read(rf)
         except Damaged as exc:
             self._replace_damaged(layout, rf, str(exc))
-        rf = self._file(layout)
+        rf = self._file_of(layout, built_version)
         try:
             return read(rf)
         except Damaged as exc:
             raise CorruptStoreError(f"SCM row file {rf.path} for table {layout.name!r}: {exc} right "
                                     f"after it was rebuilt", path=rf.path, table=layout.name) from None
 
-    def read_rows(self, layout, ids, out):
+    def _file_of(self, layout, built_version) -> RowFile:
+        rf = self._file(layout)
+        if built_version is not None and rf.built_version != built_version:
+            raise FileReplaced(f"{rf.path}: built at version {rf.built_version}, not {built_version}")
+        return rf
+
+    def read_rows(self, layout, ids, out, *, built_version=None):
         pos = self._positions(layout, ids)
 
         def read(rf):
@@ -185,14 +200,14 @@ class MmapTier(Tier):
                 rf.check_positions(pos)
             np.take(rf.rows, pos, axis=0, out=out)
 
-        self._repaired(layout, read)
+        self._repaired(layout, read, built_version)
         self._rows += len(ids)
 
     def row_offsets(self, layout, ids):
         """Offsets in the row file, in the order of ``ids`` (not ascending under a row order)."""
         return HEADER_BYTES + self._positions(layout, ids) * layout.spec.row_bytes
 
-    def read_rows_direct(self, layout, ids, out, *, queue_depth=1):
+    def read_rows_direct(self, layout, ids, out, *, queue_depth=1, built_version=None):
         """Read the 4 KiB pages covering rows ``ids`` with O_DIRECT into a page-aligned
         anonymous buffer, as ``queue_depth`` jobs on the IO engine (at most that many of this
         batch's reads outstanding); then copy the rows out. Every page is a real device read: the page cache is bypassed, and a
@@ -200,7 +215,7 @@ class MmapTier(Tier):
 
         A short read (the file was truncated under us) or a page failing its CRC is damage:
         the file is recorded, rebuilt from LMDB and read once more."""
-        self._repaired(layout, lambda rf: self._read_direct(rf, layout, ids, out, queue_depth))
+        self._repaired(layout, lambda rf: self._read_direct(rf, layout, ids, out, queue_depth), built_version)
         self._rows += len(ids)
 
     def _read_direct(self, rf, layout, ids, out, queue_depth):

@@ -27,6 +27,7 @@ import numpy as np
 from sdm.tiers.manifest import TableLayout
 from sdm.tiers.base import Tier
 from sdm.tiers.lmdb import RowDB
+from sdm.tiers.mmap import FileReplaced
 
 __all__ = ["PatchedTier", "REBUILD_FRACTION"]
 
@@ -96,43 +97,38 @@ class PatchedTier(Tier):
                 self._rebuilds += 1
         return not far
 
-    def _updated(self, layout: TableLayout) -> np.ndarray | None:
-        """Sorted ids of ``layout``'s table that the file ``inner`` maps may hold at another
-        version than the calling thread's snapshot; None for every row (a file newer than
-        the snapshot: which rows it changed the snapshot cannot tell)."""
+    def _updated(self, layout: TableLayout) -> tuple[int, np.ndarray | None]:
+        """``(version of the file inner maps, sorted ids of layout's table that it may hold
+        at another version than the calling thread's snapshot)``; None for the ids when every
+        row may (a file newer than the snapshot: which rows it changed the snapshot cannot
+        tell)."""
         built = self.inner.built_version(layout)
         got = self._patch.get(layout.table_id)
         if got is not None and got[0] == built:
-            return got[1]
+            return got
         with self._lock, self._db.snapshot() as txn:
             got = self._patch.get(layout.table_id)
             if got is not None and got[0] == built:  # another thread got here first
-                return got[1]
+                return got
             if built > self._db.version(txn):
-                return None
-            dirty = self._changed_since(layout, built, txn)
-            self._patch[layout.table_id] = (built, dirty)
-            return dirty
-
-    def _split(self, layout, ids):
-        if not len(ids):
-            return None
-        dirty = self._updated(layout)
-        if dirty is None:
-            return np.ones(len(ids), dtype=np.bool_)
-        if not len(dirty):
-            return None
-        hit = np.isin(ids, dirty, assume_unique=True)
-        return hit if hit.any() else None
+                return built, None
+            got = (built, self._changed_since(layout, built, txn))
+            self._patch[layout.table_id] = got
+            return got
 
     def _read(self, layout, ids, out, read_clean):
-        hit = self._split(layout, ids)
-        if hit is None:
-            return read_clean(ids, out)
+        """``read_clean(ids, out, built_version)`` reads rows from inner's file of that
+        version; the rows that file may hold at another version come from the database."""
+        if not len(ids):
+            return read_clean(ids, out, None)
+        built, dirty = self._updated(layout)
+        hit = np.ones(len(ids), dtype=np.bool_) if dirty is None else np.isin(ids, dirty, assume_unique=True)
+        if not hit.any():
+            return self._clean(layout, ids, out, read_clean, built)
         clean = ~hit
         if clean.any():
             part = np.empty((int(clean.sum()), out.shape[1]), dtype=np.uint8)
-            read_clean(ids[clean], part)
+            self._clean(layout, ids[clean], part, read_clean, built)
             out[clean] = part
         fresh = np.empty((int(hit.sum()), out.shape[1]), dtype=np.uint8)
         self._db.read_rows(layout, ids[hit], fresh)
@@ -140,12 +136,26 @@ class PatchedTier(Tier):
         self._patched_reads += len(fresh)
         return None
 
+    def _clean(self, layout, ids, out, read_clean, built):
+        try:
+            return read_clean(ids, out, built)
+        except FileReplaced:
+            # Another file was mapped since ``built`` (a damaged one replaced, perhaps by a
+            # file another process built at another version): its rows are not the ones this
+            # batch was patched for, so these come from the database. Rare: damage and a
+            # rebuild in between.
+            self._db.read_rows(layout, ids, out)
+            self._patched_reads += len(ids)
+            return None
+
     def read_rows(self, layout, ids, out):
-        return self._read(layout, ids, out, lambda i, o: self.inner.read_rows(layout, i, o))
+        return self._read(layout, ids, out,
+                          lambda i, o, built: self.inner.read_rows(layout, i, o, built_version=built))
 
     def read_rows_direct(self, layout, ids, out, *, queue_depth=1):
         return self._read(layout, ids, out,
-                          lambda i, o: self.inner.read_rows_direct(layout, i, o, queue_depth=queue_depth))
+                          lambda i, o, built: self.inner.read_rows_direct(layout, i, o, queue_depth=queue_depth,
+                                                                          built_version=built))
 
     def row_offsets(self, layout, ids):
         # Updated rows are charged where the derived copy keeps them: the device model is
@@ -165,9 +175,11 @@ class PatchedTier(Tier):
         """The inner tier's counters, its ``hits`` counting the updated rows read from LMDB
         too (``updated_rows_from_lmdb`` of them): every row served is a hit of this tier."""
         inner = self.inner.stats()
+        with self._lock:  # a table's first read adds its entry
+            updated = sum(len(v) for _, v in self._patch.values())
         return {**inner, "hits": inner["hits"] + self._patched_reads,
                 "updated_rows_from_lmdb": self._patched_reads,
-                "updated_rows": int(sum(len(v) for _, v in self._patch.values())),
+                "updated_rows": int(updated),
                 "rebuilds_for_updates": self._rebuilds}
 
     def close(self):
