@@ -381,11 +381,40 @@ def test_prefetch_variants_pool_the_same_bits(fmt, dim, weighted, mean, threads,
 
 def test_gather_variant_is_chosen_from_the_cpu():
     from sdm.kernels.cpu import HostCpu, gather_variant, host_cpu, vector_isa
-    assert gather_variant(HostCpu("znver3", {"avx2", "fma"}))["prefetch_every_line"]
-    assert not gather_variant(HostCpu("sapphirerapids", {"avx512f"}))["prefetch_every_line"]
+    assert gather_variant(HostCpu("znver3", {"avx2", "fma"})) == {"prefetch_every_line": True, "vector_bits": None}
+    assert gather_variant(HostCpu("icelake-server", {"avx2", "avx512f"})) == {"prefetch_every_line": True,
+                                                                              "vector_bits": 512}
+    assert gather_variant(HostCpu("icelake-server", {"avx2"}))["vector_bits"] is None  # AVX-512 off
+    assert gather_variant(HostCpu("sapphirerapids", {"avx512f"})) == {"prefetch_every_line": False,
+                                                                      "vector_bits": None}
     assert pooling.PREFETCH_EVERY_LINE == gather_variant(host_cpu())["prefetch_every_line"]
     assert vector_isa(HostCpu("znver3", {"avx", "avx2", "fma"})).startswith("AVX2 + FMA (256-bit)")
     assert vector_isa(HostCpu("x", {"avx512f", "avx512bw"})).startswith("AVX-512 (512-bit) bw")
+
+
+@pytest.mark.parametrize("fmt", ["fp32", "int8"])
+@pytest.mark.parametrize("bits", [256, 512])
+def test_vector_width_variants_pool_the_same_bits(monkeypatch, fmt, bits):
+    """A bag core compiled afresh with each vector width the CPU variants may ask for (on a
+    CPU without AVX-512, LLVM narrows 512 to what it has) pools the same bits as this host's,
+    which the reference tests check; the width reaches LLVM as the function's attribute."""
+    from sdm.kernels import bag
+    monkeypatch.setattr(bag, "_VECTOR_BITS", bits)
+    core = getattr(bag, f"_{fmt}_range")
+    fresh = numba.njit(nogil=True, fastmath=bag._FASTMATH)(core.py_func)
+    rng = np.random.default_rng(bits)
+    for dim, weighted, mean in [(64, False, False), (64, True, True), (65, False, True), (130, True, False)]:
+        table, _ = make_table(rng, 500, dim, fmt)
+        lens = rng.integers(0, 40, 50)
+        offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+        ids = rng.integers(0, 500, int(offsets[-1]))
+        w = rng.uniform(-2, 2, len(ids)).astype(np.float32) if weighted else np.ones(0, np.float32)
+        a, b = [np.empty((len(lens), dim), np.float32) for _ in range(2)]
+        for kernel, out in ((core, a), (fresh, b)):
+            kernel(table, ids, offsets, w, weighted, mean, out, 0, len(lens), bits == 512, False)
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32), err_msg=f"dim {dim}")
+    ir = next(iter(fresh.inspect_llvm().values()))
+    assert f'"prefer-vector-width"="{bits}"' in ir
 
 
 @given(fmt=st.sampled_from(sdm.ROW_FORMATS), dim=st.sampled_from([1, 5, 64, 100]),

@@ -41,6 +41,11 @@ arithmetic and bookkeeping off the critical path):
   up to ``_EVERY_LINE_BYTES`` long. The drivers take ``every_line`` as an argument; the caller
   passes the variant :func:`sdm.kernels.cpu.gather_variant` picks for the CPU (every line on
   AMD Zen 3, where it is measurably faster). Prefetches are hints: the sums are the same bits.
+* The column loops are vectorized as wide as the CPU's variant asks (``vector_bits``, an
+  LLVM function attribute set by :func:`vector_width_hint`): LLVM tunes Intel's AVX-512 server
+  chips to prefer 256-bit vectors, and on Ice Lake server a 64-wide fp32 tile summed in 4 zmm
+  registers is measurably faster than in 8 ymm (bench/RESULTS.md). The lanes are independent
+  columns, so the width never changes a sum's bits.
 * fp16 is widened with ``vcvtph2ps`` (an ``fpext`` intrinsic); int8 rows are dequantized in the
   loop as ``sum_k (w_k s_k) q_k`` per column plus the scalar ``sum_k w_k b_k`` once per bag.
 
@@ -57,6 +62,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
+from sdm.kernels.cpu import gather_variant, host_cpu
 from sdm.kernels.jit import jit, pjit, prange
 
 # No reassoc / contract: each would let LLVM pick the order of a bag's adds (or fuse them
@@ -67,6 +73,9 @@ _GROUP = 4  # rows added per pass over the columns (the unrolled body below has 
 _PREFETCH = 16  # lookups ahead to prefetch; ~ DRAM latency / time per row
 _TILE = 512  # columns summed per pass; the stack accumulator holds one tile (2 KiB)
 _EVERY_LINE_BYTES = 256  # rows up to this long prefetch every line when asked (every_line)
+# The vector width this CPU's variant asks of the column loops (None: LLVM's choice). Read at
+# import: kernels are compiled for this host, and Numba's disk cache is keyed by its CPU.
+_VECTOR_BITS = gather_variant(host_cpu())["vector_bits"]
 
 
 # -- tiny intrinsics, each with a plain-Python twin so NUMBA_DISABLE_JIT=1 still runs ----------
@@ -107,6 +116,29 @@ def _prefetch_line(typingctx, table, row, byte):
         return context.get_dummy_value()
 
     return types.none(table, row, byte), codegen
+
+
+def vector_width_hint():
+    """Ask LLVM to vectorize the calling kernel's loops :data:`_VECTOR_BITS` wide (a no-op in
+    Python, and when the variant leaves the width to LLVM)."""
+
+
+@intrinsic
+def _vector_width_hint(typingctx):
+    def codegen(context, builder, sig, args):
+        if _VECTOR_BITS:
+            # LLVM's "prefer-vector-width" function attribute overrides the CPU's tuning for
+            # this function only. llvmlite lists no string attributes, so it is added to the
+            # function's attribute set directly; the IR prints it as written.
+            set.add(builder.function.attributes, f'"prefer-vector-width"="{_VECTOR_BITS}"')
+        return context.get_dummy_value()
+
+    return types.none(), codegen
+
+
+@overload(vector_width_hint, inline="always")  # inlined: the attribute is the caller's
+def _ol_vector_width_hint():
+    return lambda: _vector_width_hint()
 
 
 @intrinsic
@@ -396,6 +428,7 @@ def _int8_tile(table, indices, weights, weighted, start, end, j0, width, acc, pr
 @jit(fastmath=_FASTMATH)
 def _fp32_range(table, indices, offsets, weights, weighted, mean, out, b0, b1, every_line, check):
     dim = out.shape[1]
+    vector_width_hint()
     if dim == _WIDE and not weighted:  # width and flags as constants: see "Specialized" above
         return _fp32_bags(table, indices, offsets, weights, False, mean, out, b0, b1, _WIDE, every_line, check)
     else:
@@ -433,6 +466,7 @@ def _fp32_bags(table, indices, offsets, weights, weighted, mean, out, b0, b1, di
 @jit(fastmath=_FASTMATH)
 def _fp16_range(table, indices, offsets, weights, weighted, mean, out, b0, b1, every_line, check):
     dim = out.shape[1]
+    vector_width_hint()
     if dim == _WIDE and not weighted:  # width and flags as constants: see "Specialized" above
         return _fp16_bags(table, indices, offsets, weights, False, mean, out, b0, b1, _WIDE, every_line, check)
     else:
@@ -470,6 +504,7 @@ def _fp16_bags(table, indices, offsets, weights, weighted, mean, out, b0, b1, di
 @jit(fastmath=_FASTMATH)
 def _int8_range(table, indices, offsets, weights, weighted, mean, out, b0, b1, every_line, check):
     dim = out.shape[1]
+    vector_width_hint()
     if dim == _WIDE and not weighted:  # width and flags as constants: see "Specialized" above
         return _int8_bags(table, indices, offsets, weights, False, mean, out, b0, b1, _WIDE, every_line, check)
     else:

@@ -63,13 +63,24 @@ def vector_isa(cpu: HostCpu | None = None) -> str:
 
 # LLVM CPU names whose gather is measurably faster prefetching every line of a row
 # (bench/RESULTS.md, issue 19 parts 1 and 4): Zen 3, Zipf ids 0.84-0.92x -> 0.79-0.83x torch's
-# time. On Zen 4 (issue 3) every line was no faster than the first and last; other CPUs are
-# unmeasured and keep the first and last line.
-_PREFETCH_EVERY_LINE_CPUS = frozenset({"znver3"})
+# time; Ice Lake server, fp32 uniform 1.16x -> 1.06x. On Zen 4 (issue 3) every line was no
+# faster than the first and last; other CPUs are unmeasured and keep the first and last line.
+_PREFETCH_EVERY_LINE_CPUS = frozenset({"znver3", "icelake-server"})
+
+# LLVM CPU names whose gather is measurably faster with 512-bit vectors. LLVM tunes its Intel
+# AVX-512 server chips to prefer 256-bit ones (its "prefer-256-bit", for Skylake-SP's clock
+# drop on heavy 512-bit code), so the column loop of a 64-wide fp32 tile runs on 8 ymm
+# accumulators, not 4 zmm; on Ice Lake server 512-bit lanes took fp32 from 1.06x to 0.99x
+# torch's time (uniform ids) and int8 from 0.85x to 0.72x. Other AVX-512 CPUs are unmeasured.
+_VECTOR_BITS_512_CPUS = frozenset({"icelake-server"})
 
 
 def gather_variant(cpu: HostCpu) -> dict:
-    """The pooled-gather kernels' tuning for ``cpu``: ``{"prefetch_every_line": bool}``.
-    Every variant computes the same bits (only the prefetch hints differ), and each is tested
-    against the reference (tests/test_bag.py)."""
-    return {"prefetch_every_line": cpu.name in _PREFETCH_EVERY_LINE_CPUS}
+    """The pooled-gather kernels' tuning for ``cpu``: ``{"prefetch_every_line": bool,
+    "vector_bits": 512 or None}`` (None: LLVM's own choice for the CPU). Every variant
+    computes the same bits (the prefetch hints and the vector width of the column loop, whose
+    lanes are independent columns, are all that differ), and each is tested against the
+    reference (tests/test_bag.py)."""
+    wide = cpu.name in _VECTOR_BITS_512_CPUS and "avx512f" in cpu.features
+    return {"prefetch_every_line": cpu.name in _PREFETCH_EVERY_LINE_CPUS,
+            "vector_bits": 512 if wide else None}
