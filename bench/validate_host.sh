@@ -24,7 +24,7 @@ uptime > "$OUT/uptime.txt"
 $PY -m sdm devices calibrate "$OUT" --seconds 0.5 --file-mib 256 -o "$OUT/disk.toml" --json > "$OUT/calibrate.json"
 run() {  # name config io-mode "rates" [model]
   name=$1; config=$2; mode=$3; rates=$4; model=$5
-  extra=""; [ -n "$model" ] && extra="--model $model"
+  extra=""; [ -n "$model" ] && extra="--model $model --fit-model"  # the preset's MLPs over the trace's tables
   echo "$name: $(uptime)" >> "$OUT/uptime.txt"
   $PY -m sdm host $TRACE --config "$config" --io-mode "$mode" --host this-machine --disk "$OUT/disk.toml" \
       --workers 8 --rate $rates $extra --json "$OUT/$name-host.json"

@@ -4,6 +4,7 @@ processes), a killed updater leaves the old rows or the new ones, bad updates wr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -120,23 +121,54 @@ def _batch_in_flight(store):
     return store._serving()
 
 
+@contextlib.contextmanager
+def _writer_and_reader(store_path):
+    """Two stores over ``store_path`` as two processes would hold them: one may update."""
+    with sdm.Store.open(store_path, config=TIGHT) as writer, \
+            sdm.Store.open(store_path, config=TIGHT, readonly=True) as reader:
+        yield writer, reader
+
+
+ALL_F32 = np.arange(SPECS[0].num_rows)  # every row of f32
+
+
+def _updated_every(k):
+    """(ids of every ``k``-th row of f32, its rows before, its rows after those ids' update)."""
+    spec = SPECS[0]
+    ids = np.arange(0, spec.num_rows, k, dtype=np.int64)
+    old, new = decoded(spec, rows_at(spec, 0)), decoded(spec, rows_at(spec, 1))
+    model = old.copy()
+    model[ids] = new[ids]
+    return ids, old, model
+
+
 def test_a_row_file_built_from_an_older_snapshot_elsewhere_is_patched_not_trusted(store_path):
     """Another process's batch, at the version before an update, finds the row file the writer
     dropped for that update missing and builds it from its own snapshot. The writer maps that
     file next: it must serve the updated rows, not the file's (the file names its version)."""
-    spec = SPECS[0]
-    ids = np.arange(0, spec.num_rows, 3, dtype=np.int64)  # a third of the table: past 5%
-    old, new = decoded(spec, rows_at(spec, 0)), decoded(spec, rows_at(spec, 1))
-    model = old.copy()
-    model[ids] = new[ids]
-    with sdm.Store.open(store_path, config=TIGHT) as writer, \
-            sdm.Store.open(store_path, config=TIGHT, readonly=True) as other:
-        np.testing.assert_array_equal(writer.lookup("f32", np.arange(spec.num_rows)), old)
+    ids, old, model = _updated_every(3)  # a third of the table: past 5%, the file is dropped
+    with _writer_and_reader(store_path) as (writer, other):
+        np.testing.assert_array_equal(writer.lookup("f32", ALL_F32), old)
         with _batch_in_flight(other):
-            writer.update_rows("f32", ids, rows_at(spec, 1)[ids])
-            np.testing.assert_array_equal(other.lookup("f32", np.arange(spec.num_rows)), old)
-        np.testing.assert_array_equal(writer.lookup("f32", np.arange(spec.num_rows)), model)
-        np.testing.assert_array_equal(other.lookup("f32", np.arange(spec.num_rows)), model)
+            writer.update_rows("f32", ids, rows_at(SPECS[0], 1)[ids])
+            np.testing.assert_array_equal(other.lookup("f32", ALL_F32), old)
+        np.testing.assert_array_equal(writer.lookup("f32", ALL_F32), model)
+        np.testing.assert_array_equal(other.lookup("f32", ALL_F32), model)
+
+
+def test_an_older_row_file_close_enough_is_mapped_and_patched(store_path):
+    """The writer's first read of a table comes after a small update, and the file on disk
+    (built by another process's batch at the version before) is close enough to map: the
+    writer serves it with the updated rows from LMDB, without rebuilding it."""
+    ids, old, model = _updated_every(50)  # 2%: below the rebuild fraction
+    with _writer_and_reader(store_path) as (writer, other):
+        with _batch_in_flight(other):
+            writer.update_rows("f32", ids, rows_at(SPECS[0], 1)[ids])
+            np.testing.assert_array_equal(other.lookup("f32", ALL_F32), old)
+        np.testing.assert_array_equal(writer.lookup("f32", ALL_F32), model)
+        scm = writer.stats()["tiers"][1]
+        assert scm["rebuilds"] == 0 and scm["updated_rows"] == len(ids)
+        assert scm["updated_rows_from_lmdb"] == len(ids)  # each missed the 200-row cache once
 
 
 def test_a_batch_older_than_the_row_file_it_maps_serves_its_own_version(store_path):
@@ -144,18 +176,13 @@ def test_a_batch_older_than_the_row_file_it_maps_serves_its_own_version(store_pa
     holds the version before it: that batch serves the old rows whole (the snapshot cannot
     tell which rows the file's newer version changed, so all come from LMDB), and its next
     batch the new ones."""
-    spec = SPECS[0]
-    ids = np.arange(0, spec.num_rows, 3, dtype=np.int64)
-    old, new = decoded(spec, rows_at(spec, 0)), decoded(spec, rows_at(spec, 1))
-    model = old.copy()
-    model[ids] = new[ids]
-    with sdm.Store.open(store_path, config=TIGHT) as writer, \
-            sdm.Store.open(store_path, config=TIGHT, readonly=True) as reader:
+    ids, old, model = _updated_every(3)
+    with _writer_and_reader(store_path) as (writer, reader):
         with _batch_in_flight(reader):
-            writer.update_rows("f32", ids, rows_at(spec, 1)[ids])
-            np.testing.assert_array_equal(writer.lookup("f32", np.arange(spec.num_rows)), model)
-            np.testing.assert_array_equal(reader.lookup("f32", np.arange(spec.num_rows)), old)
-        np.testing.assert_array_equal(reader.lookup("f32", np.arange(spec.num_rows)), model)
+            writer.update_rows("f32", ids, rows_at(SPECS[0], 1)[ids])
+            np.testing.assert_array_equal(writer.lookup("f32", ALL_F32), model)
+            np.testing.assert_array_equal(reader.lookup("f32", ALL_F32), old)
+        np.testing.assert_array_equal(reader.lookup("f32", ALL_F32), model)
 
 
 def test_publish_after_updates_clears_the_log(store_path):
