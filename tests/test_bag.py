@@ -408,7 +408,7 @@ def test_vector_width_variants_pool_the_same_bits(monkeypatch, fmt, bits):
         lens = rng.integers(0, 40, 50)
         offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
         ids = rng.integers(0, 500, int(offsets[-1]))
-        w = rng.uniform(-2, 2, len(ids)).astype(np.float32) if weighted else np.ones(0, np.float32)
+        w = rng.uniform(-2, 2, len(ids)).astype(np.float32) if weighted else pooling._NO_WEIGHTS
         a, b = [np.empty((len(lens), dim), np.float32) for _ in range(2)]
         for kernel, out in ((core, a), (fresh, b)):
             kernel(table, ids, offsets, w, weighted, mean, out, 0, len(lens), bits == 512, False)
