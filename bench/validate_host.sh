@@ -1,6 +1,6 @@
 #!/bin/sh
 # The host model against live load on this machine (bench/RESULTS.md, "The host model").
-# Usage: sh bench/validate_host.sh OUTDIR   (about 15-30 minutes; writes one JSON per run)
+# Usage: sh bench/validate_host.sh OUTDIR   (about 20-40 minutes; writes one JSON per run)
 # Each case has its own rates, from far below its knee to past it on a 2-core VM (a machine
 # 3x faster or slower moves the knee; the search finds it either way).
 set -e
@@ -22,13 +22,16 @@ queue_depth = 16
 TOML
 uptime > "$OUT/uptime.txt"
 $PY -m sdm devices calibrate "$OUT" --seconds 0.5 --file-mib 256 -o "$OUT/disk.toml" --json > "$OUT/calibrate.json"
-run() {  # name config io-mode "rates" [model]
-  name=$1; config=$2; mode=$3; rates=$4; model=$5
+run() {  # name config io-mode "rates" [model] [processes]
+  name=$1; config=$2; mode=$3; rates=$4; model=$5; procs=$6
   extra=""; [ -n "$model" ] && extra="--model $model --fit-model"  # the preset's MLPs over the trace's tables
+  workers="--workers 8"; [ -n "$procs" ] && workers="--workers 2"  # one process per core
+  live="$workers"; [ -n "$procs" ] && live="$workers --processes"
   echo "$name: $(uptime)" >> "$OUT/uptime.txt"
+  # the machine's stalls: 8 s of spinning sees the rare long ones (1 s, the default, rarely does)
   $PY -m sdm host $TRACE --config "$config" --io-mode "$mode" --host this-machine --disk "$OUT/disk.toml" \
-      --workers 8 --rate $rates $extra --json "$OUT/$name-host.json"
-  $PY -m sdm load $TRACE --config "$config" --io-mode "$mode" --workers 8 --duration 3 --rate $rates \
+      --platform-seconds 8 $workers --rate $rates $extra --json "$OUT/$name-host.json"
+  $PY -m sdm load $TRACE --config "$config" --io-mode "$mode" $live --duration 3 --rate $rates \
       --search $extra --json "$OUT/$name-load.json"
   echo "$name done: $(uptime)" >> "$OUT/uptime.txt"
 }
@@ -38,3 +41,6 @@ run sdm-nand sdm-nand paced "150 300 600 1200 2400"
 run nand-4m "$OUT/nand-4m.toml" paced "5 10 20 40 80"
 run dram-rm2 dram paced "10 20 40 80" rm2
 run nand-4m-direct "$OUT/nand-4m.toml" direct "2 5 10 20"
+# process workers: no GIL between requests (each process has its own cache and device models)
+run dram-processes dram paced "150 300 600 900" "" processes
+run sdm-nand-processes sdm-nand paced "100 200 400 600" "" processes

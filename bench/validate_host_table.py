@@ -19,7 +19,8 @@ import statistics
 import sys
 from pathlib import Path
 
-CASES = ("dram", "sdm-3dxp", "sdm-nand", "nand-4m", "dram-rm2", "nand-4m-direct")
+CASES = ("dram", "sdm-3dxp", "sdm-nand", "nand-4m", "dram-rm2", "nand-4m-direct", "dram-processes",
+         "sdm-nand-processes")
 FEW = 20  # live requests below which a point's p99 is its maximum
 
 

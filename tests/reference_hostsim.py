@@ -28,13 +28,16 @@ class _Device:
         return reserve(*self.state, issue, issue, reads, queue_depth, self.latency, self.units)[0]
 
 
-def simulate(arrivals, requests, devices, cores, workers=0):
+def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=None):
     """Latency (ns) of each arrival.
 
     ``requests``: a list of profiled requests, arrival ``n`` being ``requests[n % R]``; each a
     dict ``{"emb": ns, "bottom": ns, "top": ns, "batches": [(queue_depth, [(device, reads),
-    ...]), ...]}``. ``devices``: ``[(latency_ns, spacing_ns), ...]``.
+    ...]), ...]}``. ``devices``: ``[(latency_ns, spacing_ns), ...]``. ``stall[n][stage]``: ns
+    added to arrival ``n``'s CPU task ``stage`` (0 emb, 1 bottom, 2 top); ``wake[n]``: its
+    wake-up when it starts on a free worker and after its last device read (default none).
     """
+    stages = {"emb": 0, "bottom": 1, "top": 2}
     seq = itertools.count()
     events = []
     latency = np.zeros(len(arrivals))
@@ -67,7 +70,10 @@ def simulate(arrivals, requests, devices, cores, workers=0):
     def issue(n, now):
         batches = profile(n)["batches"]
         if step[n] == len(batches):
-            branch_done(n)
+            if step[n] > 0 and wake is not None and wake[n][1] > 0:
+                at(now + wake[n][1], ("woke from reads", n))
+            else:
+                branch_done(n)
             return
         qd, parts = batches[step[n]]
         done = 0.0
@@ -85,9 +91,16 @@ def simulate(arrivals, requests, devices, cores, workers=0):
                 at(arrivals[n + 1], ("arrive", n + 1))
             if workers <= 0 or active < workers:
                 active += 1
-                begin(n)
+                if wake is not None and wake[n][0] > 0:
+                    at(now + wake[n][0], ("woke", n))
+                else:
+                    begin(n)
             else:
                 waiting.append(n)
+        elif kind == "woke":
+            begin(rest[0])
+        elif kind == "woke from reads":
+            branch_done(rest[0])
         elif kind == "reads":
             n = rest[0]
             step[n] += 1
@@ -114,5 +127,6 @@ def simulate(arrivals, requests, devices, cores, workers=0):
         while ready and idle > 0:
             n, stage = ready.popleft()
             idle -= 1
-            at(now + profile(n)[stage], ("cpu", n, stage, True))
+            extra = 0.0 if stall is None else stall[n][stages[stage]]
+            at(now + profile(n)[stage] + extra, ("cpu", n, stage, True))
     return latency

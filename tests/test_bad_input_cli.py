@@ -584,6 +584,9 @@ HOST = cases(
     ("host-json-under-file", H + ["--json", "{under_file}/x.json"], ["output directory"]),
     ("host-sla-negative", H + ["--sla-us", "-1"], ["SLA", "-1.0"]),
     ("host-workers-zero", H + ["--workers", "0"], ["workers", "0"]),
+    ("host-platform-other-host", H + ["--host", "2-socket", "--platform-seconds", "1"],
+     ["--platform-seconds", "this-machine", "2-socket"]),
+    ("host-platform-seconds-zero", H + ["--platform-seconds", "0"], ["spin_s", "0"]),
 )
 
 ALL = TOP + GEN + IMPORT + STATS + REPLAY + SWEEP + PLACE + REPORT + RUN + LOAD + SHARD + STORE + HOST

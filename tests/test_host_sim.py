@@ -43,13 +43,15 @@ def _profile(cpu_emb, *, bottom=None, top=None, batches=None, devices=(), cores=
         settles_after=0, live_hits=None)
 
 
-def _kernel_latency(p: RequestProfile, arrivals, cores, workers=0):
+def _kernel_latency(p: RequestProfile, arrivals, cores, workers=0, stall=None, wake=None):
     out = np.empty(len(arrivals))
+    stall = np.zeros((len(arrivals), 3)) if stall is None else np.asarray(stall, dtype=np.float64)
+    wake = np.zeros((len(arrivals), 2)) if wake is None else np.asarray(wake, dtype=np.float64)
     lat = np.array([d.latency_ns for d in p.devices], dtype=np.float64)
     sp = np.array([d.spacing_ns for d in p.devices], dtype=np.float64)
     simulate_host(np.asarray(arrivals, dtype=np.float64), np.int64(p.requests), p.cpu_emb_ns, p.cpu_bottom_ns,
                   p.cpu_top_ns, p.batch_ptr, p.batch_qd, p.sub_ptr, p.sub_dev, p.sub_reads, lat, sp,
-                  np.int64(cores), np.int64(workers), out, np.zeros(len(p.devices), np.int64),
+                  np.int64(cores), np.int64(workers), stall, wake, out, np.zeros(len(p.devices), np.int64),
                   np.zeros(len(p.devices) + 1))
     return out
 
@@ -64,14 +66,19 @@ _request = st.fixed_dictionaries({
 @settings(max_examples=200, deadline=None)
 @given(requests=st.lists(_request, min_size=1, max_size=6), gaps=st.lists(st.integers(0, 400), min_size=1,
        max_size=40), devices=st.lists(st.tuples(st.integers(1, 200), st.integers(1, 30)), min_size=3, max_size=3),
-       cores=st.integers(1, 3), workers=st.integers(0, 4))
-def test_the_kernel_matches_the_reference_simulator(requests, gaps, devices, cores, workers):
+       cores=st.integers(1, 3), workers=st.integers(0, 4), noise=st.data())
+def test_the_kernel_matches_the_reference_simulator(requests, gaps, devices, cores, workers, noise):
     # integer ns everywhere, so both sum exactly and ties break the same way
     arrivals = np.cumsum(gaps).astype(np.float64)
     p = _profile([r["emb"] for r in requests], bottom=[r["bottom"] for r in requests],
                  top=[r["top"] for r in requests], batches=[r["batches"] for r in requests], devices=devices)
-    want = reference_simulate(arrivals, requests, devices, cores, workers)
-    np.testing.assert_allclose(_kernel_latency(p, arrivals, cores, workers), want, rtol=0, atol=1e-6)
+    n = len(arrivals)
+    # the platform's stalls and wake-ups (sdm.host.platform): none, or some for every arrival
+    stall, wake = noise.draw(st.one_of(st.none(), st.tuples(
+        st.lists(st.lists(st.integers(0, 300), min_size=3, max_size=3), min_size=n, max_size=n),
+        st.lists(st.lists(st.integers(0, 300), min_size=2, max_size=2), min_size=n, max_size=n)))) or (None, None)
+    want = reference_simulate(arrivals, requests, devices, cores, workers, stall, wake)
+    np.testing.assert_allclose(_kernel_latency(p, arrivals, cores, workers, stall, wake), want, rtol=0, atol=1e-6)
 
 
 N = 1_000_000

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from sdm.cli import add_store_arguments, check_output_file, emit_json
+from sdm.errors import InvalidArgumentError
 
 
 def register(sub) -> None:
@@ -21,6 +22,9 @@ def register(sub) -> None:
                    help="host preset (this-machine, 2-socket) or a host .toml (default this-machine)")
     p.add_argument("--disk", metavar="TOML", help="this machine's disk from `sdm devices calibrate -o` "
                                                   "(the device direct IO reads)")
+    p.add_argument("--platform-seconds", type=float, metavar="S",
+                   help="with --host this-machine: measure the machine's stalls for S seconds of spinning "
+                        "(default 1; rare long stalls need longer)")
     p.add_argument("--model", help="DLRM preset: requests also run its forward pass (its dim wins); the "
                                    "trace's tables must be the preset's")
     p.add_argument("--fit-model", action="store_true",
@@ -40,7 +44,8 @@ def register(sub) -> None:
 
 
 def _host(args) -> int:
-    from sdm.host import predict
+    from sdm.host import predict, this_machine
+    from sdm.host.spec import THIS_MACHINE
     from sdm.host.render import host_markdown, plot_host
     from sdm.load.run import cpu_model
     from sdm.store.config import with_io_mode
@@ -48,7 +53,13 @@ def _host(args) -> int:
     for path in (args.json, args.plot):  # the output rule of every command (sdm.cli)
         check_output_file(path)
     config = args.config if args.io_mode is None else with_io_mode(args.config, args.io_mode)
-    result = predict(args.trace, config, args.host, model=args.model, sla_us=args.sla_us, rates=args.rate,
+    host = args.host
+    if args.platform_seconds is not None:
+        if host != THIS_MACHINE:
+            raise InvalidArgumentError(f"--platform-seconds measures this machine; it needs --host {THIS_MACHINE}, "
+                                       f"not {host!r}")
+        host = this_machine(args.disk, platform_s=args.platform_seconds)
+    result = predict(args.trace, config, host, model=args.model, sla_us=args.sla_us, rates=args.rate,
                      workers=args.workers, arrivals=args.arrivals, seed=args.seed, dim=args.dim, fmt=args.fmt,
                      request_size=args.request_size, store=args.store, disk=args.disk,
                      fit_model=args.fit_model)

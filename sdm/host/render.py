@@ -31,6 +31,7 @@ def host_markdown(r) -> str:
         f"- CPU per request: embeddings {_us(cpu['embeddings'])}, bottom MLP {_us(cpu['bottom_mlp'])}, "
         f"interaction + top MLP {_us(cpu['interaction_top_mlp'])}"
         + (f" (model `{p.model}`)" if p.model else ""),
+        _platform_line(p.host.platform),
         f"- {r.arrivals:,} simulated Poisson arrivals per rate"
         + ("" if r.workers is None else f", at most {r.workers} in service"), "",
         f"**QPS at SLA (p{s.percentile:g} <= {_us(s.sla_us)}): {s.qps:,.1f} requests/s**; bottleneck: "
@@ -47,6 +48,15 @@ def host_markdown(r) -> str:
         lines.append(f"| {c.offered_qps:,.1f} | {_us(lat['p50'])} | {_us(lat['p95'])} | {_us(lat['p99'])} "
                      f"| {_us(lat['p999'])} | {c.utilization['cores']:.2f} |")
     return "\n".join(lines) + "\n"
+
+
+def _platform_line(platform) -> str:
+    if platform is None:
+        return "- platform: no stalls or wake-ups modeled"
+    m = platform.summary()
+    return (f"- platform: {m['stall_rate_per_s']:,.0f} stalls/s of running ({m['stolen_share']:.1%} of a core; "
+            f"p50 {_us(m['stall_us']['p50'])}, p99 {_us(m['stall_us']['p99'])}, max {_us(m['stall_us']['max'])}), "
+            f"wake-ups p50 {_us(m['wakeup_us']['p50'])}, p99 {_us(m['wakeup_us']['p99'])} late")
 
 
 def plot_host(results, path) -> str:

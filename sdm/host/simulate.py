@@ -7,7 +7,11 @@ is well defined. Each run is :func:`sdm.kernels.hostsim.simulate_host` over ``ar
 requests cycling the profile in trace order; the first ``warmup`` share of them is left out
 of the percentiles (the host starts empty).
 
-Utilization is busy time over the span of the arrivals: core busy time over ``cores x span``;
+The host's :class:`~sdm.host.platform.PlatformNoise` (``this-machine``'s is measured) adds
+stalls to each arrival's CPU tasks and wake-ups to its start and its last device wait, drawn
+once per simulation from their own seeded stream, so every rate sees the same ones.
+
+Utilization is busy time over the span of the arrivals: core busy time (stalls included) over ``cores x span``;
 a device's reads x spacing (the unit-ns its reads held, over its units: :mod:`sdm.kernels.devqueue`)
 over the span (1 = saturated).
 """
@@ -92,6 +96,17 @@ def _groups(profile: RequestProfile) -> dict:
     return out
 
 
+def _platform_draws(profile: RequestProfile, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(n, 3)`` stalls of each arrival's CPU tasks and ``(n, 2)`` wake-ups, ns: the host's
+    platform noise, or zeros when it has none."""
+    platform = profile.host.platform
+    if platform is None:
+        return np.zeros((n, 3)), np.zeros((n, 2))
+    r = np.arange(n) % profile.requests
+    cpu = np.stack([profile.cpu_emb_ns[r], profile.cpu_bottom_ns[r], profile.cpu_top_ns[r]], axis=1)
+    return platform.draw(np.random.default_rng([seed, 1]), cpu, 2)
+
+
 class HostSimulation:
     """Simulations of one host over ``profile``: ``cores`` (default the profile's host's) and
     at most ``workers`` requests in service at once (None: no limit, as a host whose every
@@ -106,6 +121,7 @@ class HostSimulation:
         self.warmup = check_number(warmup, "warmup (share of arrivals left out)", lo=0, hi=1, hi_open=True)
         self.gaps = np.cumsum(np.random.default_rng(seed).standard_exponential(self.n))
         self.gaps -= self.gaps[0]
+        self.stall_ns, self.wake_ns = _platform_draws(profile, self.n, seed)
         self.latency_ns = np.empty(self.n)
         self.reads = np.zeros(len(profile.devices), dtype=np.int64)
         self.busy = np.zeros(len(profile.devices) + 1)
@@ -119,8 +135,8 @@ class HostSimulation:
 
     def _load_kernel(self) -> None:
         """Compile (or load) the kernel on one toy arrival, so no timed run pays for it."""
-        simulate_host(np.zeros(1), *self._args, np.int64(1), np.int64(0), np.empty(1), self.reads.copy(),
-                      self.busy.copy())
+        simulate_host(np.zeros(1), *self._args, np.int64(1), np.int64(0), np.zeros((1, 3)), np.zeros((1, 2)),
+                      np.empty(1), self.reads.copy(), self.busy.copy())
 
     # -- one rate ----------------------------------------------------------------------
 
@@ -129,8 +145,8 @@ class HostSimulation:
         arrivals = self.gaps * (1e9 / rate_per_s)
         self.runs += 1
         self.last_ns = simulate_host(arrivals, *self._args, np.int64(self.cores),
-                                     np.int64(self.workers), self.latency_ns, self.reads,
-                                     self.busy)
+                                     np.int64(self.workers), self.stall_ns, self.wake_ns, self.latency_ns,
+                                     self.reads, self.busy)
         self.span_ns = max(float(arrivals[-1]), 1.0)
         return self.latency_ns
 
@@ -158,7 +174,7 @@ class HostSimulation:
     def demand_ns(self) -> dict:
         """Resource name -> work per request (ns): core time / cores, device work per device."""
         p = self.profile
-        out = {"cores": p.cpu_ns_per_request() / self.cores}
+        out = {"cores": (p.cpu_ns_per_request() + float(self.stall_ns.sum()) / self.n) / self.cores}
         reads = p.reads_per_request()
         for name, idx in self.groups.items():
             out[name] = max(reads[i] * p.devices[i].spacing_ns for i in idx)

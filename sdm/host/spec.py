@@ -16,6 +16,11 @@ key optional except ``cores``; unknown keys are errors)::
     device = "nand-p4500"          # default: the hierarchy's own device for that tier
     count = 8                      # devices the tier's blocks are striped over
 
+    [platform]                     # stalls and wake-ups (sdm.host.platform); default none
+    stall_rate_per_s = 460.0
+    stall_us = [25.0, 48.0, 950.0]
+    wakeup_us = [12.0, 140.0, 2000.0]
+
     [sources]                      # where each number comes from
     cores = "..."
 """
@@ -23,11 +28,13 @@ key optional except ``cores``; unknown keys are errors)::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from dataclasses import dataclass, field
 
 from sdm.devices import DeviceSpec, get_device
 from sdm.errors import ConfigError
+from sdm.host.platform import PlatformNoise, measure_platform
 from sdm.store.config import load_device, read_toml
 from sdm.validate import check_int, check_number
 
@@ -64,7 +71,9 @@ class HostSpec:
     hierarchy's own; ``dram_bandwidth_gbps``: None for the hierarchy's DRAM device's;
     ``scm``: per SCM tier, fast to slow, its devices; ``direct_device``: the device that
     serves ``direct`` IO (this machine's calibrated disk), None when direct IO is not
-    modeled; ``sources``: field name -> where its number comes from.
+    modeled; ``platform``: the stalls and wake-ups the machine itself adds
+    (:class:`~sdm.host.platform.PlatformNoise`), None for none; ``sources``: field name ->
+    where its number comes from.
     """
 
     name: str
@@ -75,6 +84,7 @@ class HostSpec:
     dram_bandwidth_gbps: float | None = None
     scm: tuple[ScmSlot, ...] = ()
     direct_device: DeviceSpec | None = None
+    platform: PlatformNoise | None = field(default=None, repr=False)
     sources: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     def __post_init__(self):
@@ -108,6 +118,10 @@ class HostSpec:
             device = load_device(device)
         if device is not None:
             object.__setattr__(self, "direct_device", get_device(device))
+        if isinstance(self.platform, dict):
+            object.__setattr__(self, "platform", _platform_of(self.platform, where))
+        if self.platform is not None and not isinstance(self.platform, PlatformNoise):
+            raise ConfigError(f"{where}: platform must be a PlatformNoise or a table, got {self.platform!r}")
         sources = tuple(self.sources.items()) if isinstance(self.sources, dict) else tuple(self.sources)
         object.__setattr__(self, "sources", tuple((str(k), str(v)) for k, v in sources))
 
@@ -121,7 +135,17 @@ class HostSpec:
                 "scm": [{"device": None if s.device is None else s.device.name, "count": s.count}
                         for s in self.scm],
                 "direct_device": None if self.direct_device is None else self.direct_device.name,
+                "platform": None if self.platform is None else self.platform.summary(),
                 "sources": dict(self.sources)}
+
+
+def _platform_of(table: dict, where: str) -> PlatformNoise:
+    allowed = {"stall_rate_per_s", "stall_us", "wakeup_us", "source"}
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise ConfigError(f"{where}: platform: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+    return PlatformNoise(table.get("stall_rate_per_s", 0.0), table.get("stall_us", ()), table.get("wakeup_us", ()),
+                         str(table.get("source", "")))
 
 
 _SCENARIO = "scenarios/*.toml [host]"
@@ -138,19 +162,30 @@ HOST_PRESETS: dict[str, HostSpec] = {h.name: h for h in (
                  "dram_bandwidth_gbps": "REFERENCES.md Devices: ~51 GB/s per host (TorchRec planner "
                                         "constant)",
                  "scm": f"{_SCENARIO}: ssd_slots = 8 (8 NVMe bays), each holding the hierarchy's "
-                        f"SCM device"}),
+                        f"SCM device",
+                 "platform": "none modeled: a bare-metal server's stalls and wake-ups are not measured "
+                             "here (this machine's are a VM's: see this-machine)"}),
 )}
 THIS_MACHINE = "this-machine"
 
 
-def this_machine(disk=None) -> HostSpec:
+@functools.lru_cache(maxsize=1)
+def _this_platform() -> PlatformNoise:
+    return measure_platform()  # about 1.5 s, once per process
+
+
+def this_machine(disk=None, *, platform_s: float | None = None) -> HostSpec:
     """The machine this runs on: ``os.cpu_count()`` cores at speed 1, the hierarchy's own
-    DRAM cache and devices (one each, as a live store models them), and ``disk`` (a device
+    DRAM cache and devices (one each, as a live store models them), ``disk`` (a device
     TOML from ``sdm devices calibrate -o``, or a :class:`DeviceSpec`) as the device that
-    serves ``direct`` IO."""
-    return HostSpec(THIS_MACHINE, cores=os.cpu_count() or 1, direct_device=disk, sources={
+    serves ``direct`` IO, and the machine's stalls and wake-ups
+    (:func:`sdm.host.platform.measure_platform`): spinning ``platform_s`` seconds, or by
+    default 1 s once per process. Rare long stalls need a longer measurement to be seen."""
+    platform = _this_platform() if platform_s is None else measure_platform(platform_s)
+    return HostSpec(THIS_MACHINE, cores=os.cpu_count() or 1, direct_device=disk, platform=platform, sources={
         "cores": "os.cpu_count() on this machine",
         "core_speed": "1: costs are measured on this machine",
+        "platform": platform.source,
         "direct_device": "sdm devices calibrate on this machine's disk" if disk is not None else
                          "none given (pass the TOML of `sdm devices calibrate DIR -o disk.toml`)"})
 

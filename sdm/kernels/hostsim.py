@@ -14,6 +14,12 @@ A request ``n`` arrives at ``arrivals[n]`` and is an instance of profiled reques
 * when both the reads and the bottom MLP are done, its top task (``cpu_top[r]``:
   interaction and top MLP) is queued; the request completes when that ends.
 
+What the machine itself takes (:mod:`sdm.host.platform`, measured; zeros on an ideal host):
+``stall_ns[n, s]`` is added to CPU task ``s`` of arrival ``n`` (the time its core was taken
+from it while it ran), and a request that blocks wakes late: one that finds a free worker
+starts ``wake_ns[n, 0]`` after its arrival, and one that read from a device continues
+``wake_ns[n, 1]`` after its last read.
+
 Cores take CPU tasks first come first served, one task per core at a time; a task of zero
 time needs no core and waits for none. Events are processed in time order, ties in the order they were made,
 so a run is a deterministic function of its inputs.
@@ -32,6 +38,8 @@ _ARRIVAL = 0
 _CPU_DONE = 1  # a task that held a core
 _FREE_DONE = 2  # a task of zero time
 _READS_DONE = 3
+_WOKEN = 4  # a request that found a free worker starts serving
+_READS_WOKEN = 5  # a request's thread is back from its last device wait
 
 
 @jit
@@ -83,8 +91,8 @@ def _pop(h_time, h_seq, h_kind, h_arg, size):
 
 @jit
 def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_ptr, batch_qd, sub_ptr,
-                  sub_dev, sub_reads, dev_latency, dev_spacing, cores, workers, latency_out,
-                  dev_reads_out, dev_busy_out):
+                  sub_dev, sub_reads, dev_latency, dev_spacing, cores, workers, stall_ns, wake_ns,
+                  latency_out, dev_reads_out, dev_busy_out):
     """Run the host of this module's docstring over ``N`` arrivals.
 
     Args:
@@ -100,6 +108,10 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
         cores: C >= 1.
         workers: at most this many requests in service at once, the others waiting first come
             first served for one (their wait counts in their latency); <= 0: no limit.
+        stall_ns: ``(N, 3)`` float64 ns added to each arrival's embedding, bottom and top task
+            (a task of zero time stays one).
+        wake_ns: ``(N, 2)`` float64 ns: each arrival's wake-up at its start (when a worker was
+            free) and after its last device read.
         latency_out: ``(N,)`` float64 out: completion minus arrival, ns.
         dev_reads_out: ``(D,)`` int64 out: reads each device served.
         dev_busy_out: ``(D + 1,)`` float64 out: ``[:D]`` each device's busy time, reads x
@@ -110,7 +122,7 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
     """
     n_req = arrivals.shape[0]
     n_dev = dev_latency.shape[0]
-    cap = 2 * n_req + cores + 2  # pending events: one arrival, two per request, one per core
+    cap = 3 * n_req + cores + 2  # pending events: one arrival, three per request, one per core
     h_time = np.empty(cap, dtype=np.float64)
     h_seq = np.empty(cap, dtype=np.int64)
     h_kind = np.empty(cap, dtype=np.int64)
@@ -152,11 +164,21 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
                 size = _push(h_time, h_seq, h_kind, h_arg, size, seq, arrivals[n + 1], _ARRIVAL, n + 1)
                 seq += 1
             if workers <= 0 or active < workers:
-                begin = n
                 active += 1
+                if wake_ns[n, 0] > 0.0:
+                    size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now + wake_ns[n, 0], _WOKEN, n)
+                    seq += 1
+                else:
+                    begin = n
             else:
                 waiting[w_tail] = n
                 w_tail += 1
+        elif kind == _WOKEN:
+            begin = arg
+        elif kind == _READS_WOKEN:
+            pending[arg] -= 1
+            if pending[arg] == 0:
+                ready = 3 * arg + 2
         elif kind == _READS_DONE:
             issue = arg
             next_batch[arg] += 1
@@ -209,6 +231,9 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
                     dev_reads_out[d] += sub_reads[k]
                 size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now + done, _READS_DONE, n)
                 seq += 1
+            elif next_batch[n] > 0 and wake_ns[n, 1] > 0.0:
+                size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now + wake_ns[n, 1], _READS_WOKEN, n)
+                seq += 1
             else:
                 pending[n] -= 1
                 if pending[n] == 0:
@@ -234,6 +259,7 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
             stage = task - 3 * n
             r = n % num_profiles
             cost = cpu_emb[r] if stage == 0 else (cpu_bottom[r] if stage == 1 else cpu_top[r])
+            cost += stall_ns[n, stage]
             idle -= 1
             dev_busy_out[n_dev] += cost
             size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now + cost, _CPU_DONE, task)
