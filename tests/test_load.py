@@ -29,6 +29,18 @@ def test_cli_contract_paced(tmp_path, capsys):
     assert "| offered QPS |" in capsys.readouterr().out  # the table still goes to stdout
 
 
+def test_process_workers_serve_every_request_from_warm_caches():
+    """Two worker processes over one store, each with its own DRAM cache: each warms its cache
+    on the trace before the first rate, as the parent does, so the tiny trace (which fits the
+    cache) hits on every lookup, and the hit rate is counted over the workers' caches."""
+    r = load_test(TINY, "sdm-nand", rates=[40], duration_s=1.0, workers=2, processes=True, io_mode="paced")
+    p = r.points[0]
+    assert r.processes and p.requests >= 30 and p.achieved_qps > 0
+    assert 0 < p.latency_us["p50"] <= p.latency_us["p99"]
+    assert p.dram_hit_rate == 1.0
+    assert p.cpu_us_per_request > 0
+
+
 def test_modeled_is_deterministic_for_a_schedule():
     a = load_test(TINY, "sdm-nand", rates=[400], duration_s=0.5, io_mode="modeled", seed=3)
     b = load_test(TINY, "sdm-nand", rates=[400], duration_s=0.5, io_mode="modeled", seed=3)

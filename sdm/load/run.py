@@ -17,8 +17,8 @@ metadata). How a request is served and timed depends on the store's IO mode:
   model, ``sdm host``, puts the two together on a machine's cores).
 
 The first ``warmup_s`` of every rate is served but left out of the figures; before the first
-rate every request of the trace (at most ``_WARM_REQUESTS``) is served once, untimed, so the
-cache starts warm.
+rate every request of the trace (at most ``_WARM_REQUESTS``) is served once, untimed (by each
+worker process too, which has a cache of its own), so the cache starts warm.
 """
 
 from __future__ import annotations
@@ -290,7 +290,7 @@ class _Runner:
             latency, done, cpu_ns = self._modeled(arrivals)
             window = (done.max() - max(self.warmup_ns, arrivals[0])) if done.size else 0.0
         elif self.processes:
-            latency, done, cpu_ns = _processes(self, arrivals)
+            latency, done, cpu_ns, worker_hits = _processes(self, arrivals)
             window = None
         else:
             latency, done, cpu_ns = self._threads(arrivals)
@@ -310,7 +310,7 @@ class _Runner:
             latency_us=latency_percentiles_us(latency[measured]), requests=n, devices=devices,
             cpu_utilization=None if self.modeled else cpu / (wall * (os.cpu_count() or 1)),
             cpu_us_per_request=cpu_ns / len(arrivals) / 1e3,
-            dram_hit_rate=_hit_rate(before, after))
+            dram_hit_rate=worker_hits if self.processes else _hit_rate(before, after))
 
     def _modeled(self, arrivals: np.ndarray):
         latency = np.empty(arrivals.shape[0])
@@ -386,12 +386,17 @@ def _device_window(before: dict, after: dict, window_ns: float) -> dict:
     return out
 
 
-def _hit_rate(before: dict, after: dict) -> float | None:
+def _cache_counts(before: dict, after: dict) -> tuple[int, int]:
+    """DRAM cache hits and misses between two ``Store.stats()`` (0, 0 with no cache)."""
     for b, a in zip(before["tiers"], after["tiers"]):
         if a["kind"] == "cache":
-            hits, misses = a["hits"] - b["hits"], a["misses"] - b["misses"]
-            return hits / (hits + misses) if hits + misses else None
-    return None
+            return a["hits"] - b["hits"], a["misses"] - b["misses"]
+    return 0, 0
+
+
+def _hit_rate(before: dict, after: dict) -> float | None:
+    hits, misses = _cache_counts(before, after)
+    return hits / (hits + misses) if hits + misses else None
 
 
 def _search(runner, points, rates, sla_us, duration_s, show) -> float | None:
@@ -430,7 +435,8 @@ def _search(runner, points, rates, sla_us, duration_s, show) -> float | None:
 
 def _processes(runner, arrivals: np.ndarray):
     """Serve ``arrivals`` with worker processes over the store directory; returns latency and
-    completion times (ns after the schedule's start) and the workers' CPU time."""
+    completion times (ns after the schedule's start), the workers' CPU time and the DRAM hit
+    rate over their caches."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -456,27 +462,31 @@ def _processes(runner, arrivals: np.ndarray):
     done = np.zeros(n)
     cpu_ns = 0
     finished = 0
+    hits = misses = 0
     while finished < len(procs):
         kind, payload = results.get(timeout=600)
         if kind == "done":
             for i, t in payload:
                 done[i] = t - t0
         elif kind == "cpu":
-            cpu_ns += payload
+            cpu_ns += payload[0]
+            hits, misses = hits + payload[1], misses + payload[2]
             finished += 1
         else:
             raise payload
     for p in procs:
         p.join(60)
-    return done - arrivals, done, cpu_ns
+    return done - arrivals, done, cpu_ns, hits / (hits + misses) if hits + misses else None
 
 
 def _process_worker(path, config, works, model, seed, todo, results) -> None:
     try:
         with Store.open(path, config=config) as store:
             net = make_model(model, store, seed, fit=True) if model is not None else None  # checked by the parent
-            _serve(store, net, works[0])
+            for work in works[:_WARM_REQUESTS]:  # its own DRAM cache, warmed as the parent's is
+                _serve(store, net, work)
             results.put(("ready", None))
+            before = store.stats()
             cpu0 = time.process_time_ns()
             finished = []
             while True:
@@ -486,7 +496,9 @@ def _process_worker(path, config, works, model, seed, todo, results) -> None:
                 i, _ = item
                 _serve(store, net, works[i % len(works)])
                 finished.append((i, time.perf_counter_ns()))
+            cpu = time.process_time_ns() - cpu0
             results.put(("done", finished))
-            results.put(("cpu", time.process_time_ns() - cpu0))
+            hits, misses = _cache_counts(before, store.stats())
+            results.put(("cpu", (cpu, hits, misses)))
     except BaseException as exc:  # the parent raises it
         results.put(("error", exc))
