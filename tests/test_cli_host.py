@@ -14,7 +14,7 @@ TINY = str(ROOT / "traces" / "tiny-zipf.npz")
 def test_sdm_host_writes_the_contract(tmp_path, capsys):
     out, png = tmp_path / "h.json", tmp_path / "h.png"
     assert main(["host", TINY, "--config", "sdm-nand", "--host", "this-machine", "--json", str(out), "--plot",
-                 str(png), "--arrivals", "3000", "--dim", "8", "--sla-us", "5000"]) == 0
+                 str(png), "--arrivals", "3000", "--dim", "8"]) == 0
     data = json.loads(out.read_text())
     assert data["qps_at_sla"] > 0 and isinstance(data["bottleneck"], str)
     assert set(data["utilization"]) >= {"cores", "dram bandwidth", "mmap tier"}

@@ -105,7 +105,7 @@ def test_striping_splits_a_tiers_blocks_over_its_devices(tmp_path, nand):
 
 
 def test_predict_gives_the_contract_keys(nand):
-    r = predict(None, profile=nand, arrivals=5_000, sla_us=5_000)
+    r = predict(None, profile=nand, arrivals=5_000)
     data = json.loads(json.dumps(r.to_json()))
     assert {"qps_at_sla", "bottleneck", "utilization", "hit_rate", "curve"} <= set(data)
     assert data["qps_at_sla"] > 0 and data["bottleneck"] in data["utilization"]
