@@ -115,22 +115,38 @@ def test_stale_file_is_rebuilt_without_a_damage_record(store):
     assert stats["rebuilds"] == 1 and stats["damage_events"] == 0
 
 
+def old_header(version, generation):
+    """An intact header page of format ``version`` (2-4: no database version); 2: a CRC over
+    its fields only, 3-4: a CRC over the rest of the page too."""
+    head = struct.pack("<8sIIQQQQI32s", b"SDMROWS\x00", version, 0, generation, SPEC.num_rows,
+                       SPEC.row_bytes, SPEC.num_rows * SPEC.row_bytes, 0, bytes(32))
+    rest = bytes(HEADER_BYTES - len(head) - 4)
+    if version == 2:
+        return head + struct.pack("<I", zlib.crc32(head)) + rest
+    return head + struct.pack("<I", zlib.crc32(rest, zlib.crc32(head))) + rest
+
+
 @pytest.mark.parametrize("version", [2, 4])
 def test_older_format_version_is_stale_not_damage(store, version):
     _, path = read_once(store)
     layout = Manifest.read(store).tables[0]
-    # the fields of versions 2-4 (no database version); 2: a CRC over them only, 3-4: a CRC
-    # over the rest of the page too
-    head = struct.pack("<8sIIQQQQI32s", b"SDMROWS\x00", version, 0, layout.generation, SPEC.num_rows,
-                       SPEC.row_bytes, SPEC.num_rows * SPEC.row_bytes, 0, bytes(32))
     with open(path, "r+b") as f:
-        if version == 2:
-            f.write(head + struct.pack("<I", zlib.crc32(head)))
-        else:
-            rest = bytes(HEADER_BYTES - len(head) - 4)
-            f.write(head + struct.pack("<I", zlib.crc32(rest, zlib.crc32(head))) + rest)
+        f.write(old_header(version, layout.generation))
     stats, _ = read_once(store)
     assert stats["rebuilds"] == 1 and stats["damage_events"] == 0
+
+
+@pytest.mark.parametrize("version", [2, 4])
+def test_older_format_files_of_older_generations_are_dropped(store, version):
+    _, path = read_once(store)
+    generation = Manifest.read(store).tables[0].generation
+    ordered = path[:-len(".rows")] + "-0123456789ab.rows"  # another row order's file, never reopened
+    with open(ordered, "wb") as f:
+        f.write(old_header(version, generation))
+    with sdm.Store.open(store) as s:
+        s.write_table("t", ROWS)  # a new generation: the next build drops the older ones
+    read_once(store)
+    assert not os.path.exists(ordered) and os.path.exists(path)
 
 
 def test_truncated_while_open_is_caught_before_the_read_faults(store):

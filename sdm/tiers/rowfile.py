@@ -90,6 +90,7 @@ _CRC_AT = _HEAD.size  # the header CRC's offset; it covers every other byte of t
 _OLD_HEADS = {1: 44, 2: 84}
 _OLD_PAGE_HEADS = {3: 84, 4: 84}
 _PAGE_CRC = np.dtype("<u4")
+_GENERATION_AT = struct.calcsize("<8sII")  # where every version's header holds the generation
 STALE = "stale"  # open_verified's reason for a file of another generation or order: not damage
 
 
@@ -255,21 +256,32 @@ def open_verified(path: str, layout: TableLayout,
             os.close(fd)
 
 
+def _intact_version(page: bytes) -> int | None:
+    """The format version of a header page whose CRC holds in that version's layout, or None
+    (not a row file's header, or damaged). Every version keeps magic, version, table id and
+    generation first."""
+    if len(page) < HEADER_BYTES or page[:8] != _MAGIC:
+        return None
+    version = struct.unpack_from("<I", page, 8)[0]
+    if version in _OLD_HEADS:
+        n = _OLD_HEADS[version]
+        intact = _HEAD_CRC.unpack_from(page, n)[0] == zlib.crc32(page[:n])
+    elif version in _OLD_PAGE_HEADS:
+        n = _OLD_PAGE_HEADS[version]
+        intact = _HEAD_CRC.unpack_from(page, n)[0] == _header_crc(page, n)
+    else:
+        intact = version == _VERSION and _HEAD_CRC.unpack_from(page, _CRC_AT)[0] == _header_crc(page)
+    return version if intact else None
+
+
 def _verify(fd: int, path: str, layout: TableLayout, digest: bytes,
             data_bytes: int) -> tuple[RowFile | None, str | None]:
     size = os.fstat(fd).st_size
     page = os.pread(fd, HEADER_BYTES, 0)
     if len(page) < HEADER_BYTES:
         return None, f"truncated: {size} bytes, shorter than its {HEADER_BYTES}-byte header"
-    version = struct.unpack_from("<I", page, 8)[0]
-    if page[:8] == _MAGIC and version in _OLD_HEADS:
-        n = _OLD_HEADS[version]
-        if _HEAD_CRC.unpack_from(page, n)[0] == zlib.crc32(page[:n]):
-            return None, STALE
-    if page[:8] == _MAGIC and version in _OLD_PAGE_HEADS:
-        n = _OLD_PAGE_HEADS[version]
-        if _HEAD_CRC.unpack_from(page, n)[0] == _header_crc(page, n):
-            return None, STALE
+    if _intact_version(page) not in (None, _VERSION):
+        return None, STALE
     if _HEAD_CRC.unpack_from(page, _CRC_AT)[0] != _header_crc(page):
         return None, "header fails its CRC32"
     fields = _HEAD.unpack_from(page)
@@ -387,9 +399,9 @@ def build_rowfile(db: RowDB, directory: str, layout: TableLayout,
 
 
 def _drop_older_generations(folder: str, layout: TableLayout) -> None:
-    """Unlink row files of ``layout``'s table whose intact header names an older generation
-    (processes still serving that generation keep their mapping: unlink keeps the inode).
-    Files of the current generation in other orders, and damaged files, are left to whoever
+    """Unlink row files of ``layout``'s table whose intact header, in any format version,
+    names an older generation (processes still serving that generation keep their mapping:
+    unlink keeps the inode). Files of the current generation in other orders, and damaged files, are left to whoever
     opens them."""
     for name in os.listdir(folder):
         m = _SIBLING.fullmatch(name)
@@ -399,8 +411,8 @@ def _drop_older_generations(folder: str, layout: TableLayout) -> None:
         try:
             with open(path, "rb") as f:
                 page = f.read(HEADER_BYTES)
-            if (len(page) == HEADER_BYTES and _HEAD_CRC.unpack_from(page, _CRC_AT)[0] == _header_crc(page)
-                    and _HEAD.unpack_from(page)[3] < layout.generation):
+            if (_intact_version(page) is not None
+                    and struct.unpack_from("<Q", page, _GENERATION_AT)[0] < layout.generation):
                 os.unlink(path)
         except OSError:
             pass  # gone already, or unreadable: not ours to judge here
