@@ -4,10 +4,14 @@ Per rate, ``round(rate x duration)`` requests of the trace (cycled) get Poisson 
 from a seeded generator (or the trace's own gaps, when a batch carries ``timestamps_ns``
 metadata). How a request is served and timed depends on the store's IO mode:
 
-* ``paced`` and ``direct``: for real. A dispatcher thread hands each request to the worker
-  pool (threads, or processes over one store directory with ``processes=True``) at its
-  scheduled time; latency is completion minus the scheduled arrival, so time a request spent
-  waiting for a free worker counts (wrk2's correction of coordinated omission). ``paced``
+* ``paced`` and ``direct``: for real. The workers (threads, or processes over one store
+  directory with ``processes=True``) take requests from one shared schedule in arrival order,
+  as servers of one first-come first-served queue: a free worker claims the next request,
+  waits for its scheduled arrival if that is still ahead, and serves it. Latency is completion
+  minus the scheduled arrival, so time a request spent waiting for a free worker counts
+  (wrk2's correction of coordinated omission). No dispatcher hands requests over: each
+  hand-off would be one more wake-up, 0.1-0.2 ms late at the median on this project's VMs,
+  added by the generator, not the store, to every request. ``paced``
   devices really wait until the modeled completion of each read on the device's shared
   queue; ``direct`` reads the disk with O_DIRECT.
 * ``modeled``: deterministic. Requests are served one after another in arrival order, each
@@ -23,9 +27,9 @@ worker process too, which has a cache of its own), so the cache starts warm.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
-import queue
 import sys
 import tempfile
 import threading
@@ -327,32 +331,25 @@ class _Runner:
         return latency, done, time.perf_counter_ns() - start
 
     def _threads(self, arrivals: np.ndarray):
-        n = arrivals.shape[0]
-        done = np.zeros(n)
+        done = np.zeros(arrivals.shape[0])
         errors: list[BaseException] = []
-        work: queue.SimpleQueue = queue.SimpleQueue()
+        claim = itertools.count().__next__  # atomic under the GIL: each index goes to one thread
 
         def serve():
-            while True:
-                i = work.get()
-                if i is None:
-                    return
-                try:
+            try:
+                for i in _claimed(arrivals, t0, claim):
                     _serve(self.store, self.net, self.works[i % len(self.works)])
-                except BaseException as exc:  # reported after the run, never lost
-                    errors.append(exc)
-                done[i] = time.perf_counter_ns() - t0
+                    done[i] = time.perf_counter_ns() - t0
+            except BaseException as exc:  # reported after the run, never lost
+                errors.append(exc)
 
         threads = [threading.Thread(target=serve, daemon=True) for _ in range(self.workers)]
         interval = sys.getswitchinterval()
         sys.setswitchinterval(min(interval, _SWITCH_INTERVAL_S))
+        cpu0 = time.process_time_ns()
+        t0 = time.perf_counter_ns() + 2_000_000  # 2 ms for the threads to get going
         for t in threads:
             t.start()
-        cpu0 = time.process_time_ns()
-        t0 = time.perf_counter_ns() + 2_000_000  # 2 ms for the dispatcher to get going
-        _dispatch(arrivals, t0, work.put)
-        for _ in threads:
-            work.put(None)
         for t in threads:
             t.join()
         sys.setswitchinterval(interval)
@@ -361,17 +358,16 @@ class _Runner:
         return done - arrivals, done, time.process_time_ns() - cpu0
 
 
-def _dispatch(arrivals: np.ndarray, t0: int, put) -> None:
-    """Call ``put(i)`` at ``t0 + arrivals[i]`` (perf_counter ns); late calls go at once (their
-    lateness is part of the requests' latency, measured from the schedule). Each wait sleeps,
-    then spins its last tens of microseconds (:func:`~sdm.tiers.clock.wait_until_ns`): a plain
-    sleep wakes a median 0.1-0.2 ms late on this project's VMs, which the generator, not the
-    store, would add to every request."""
-    for i, at in enumerate(arrivals):
-        deadline = t0 + int(at)
+def _claimed(arrivals: np.ndarray, t0: int, claim):
+    """Yield the index ``i`` of each request this worker claims (``claim()`` hands out 0, 1, 2, ...
+    across all the workers), once its scheduled arrival ``t0 + arrivals[i]`` (perf_counter ns,
+    one clock for every process) has come; a late worker yields at once (the lateness is part
+    of the request's latency, measured from the schedule)."""
+    while (i := claim()) < arrivals.shape[0]:
+        deadline = t0 + int(arrivals[i])
         if deadline > time.perf_counter_ns():
             wait_until_ns(deadline)
-        put(i)
+        yield i
 
 
 def _device_window(before: dict, after: dict, window_ns: float) -> dict:
@@ -440,11 +436,11 @@ def _processes(runner, arrivals: np.ndarray):
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
-    todo, results = ctx.Queue(), ctx.Queue()
-    n = arrivals.shape[0]
+    start, results = ctx.Queue(), ctx.Queue()
+    claimed = ctx.Value("q", 0)  # the next request index, shared by the workers
     procs = [ctx.Process(target=_process_worker, daemon=True,
-                         args=(runner.path, runner.config, runner.works, runner.model, runner.seed,
-                               todo, results)) for _ in range(runner.workers)]
+                         args=(runner.path, runner.config, runner.works, runner.model, runner.seed, arrivals,
+                               claimed, start, results)) for _ in range(runner.workers)]
     for p in procs:
         p.start()
     for _ in procs:  # every worker has opened the store and warmed its kernels
@@ -452,14 +448,9 @@ def _processes(runner, arrivals: np.ndarray):
         if kind == "error":
             raise payload
     t0 = time.perf_counter_ns() + 5_000_000  # CLOCK_MONOTONIC: one clock for every process
-
-    def put(i):
-        todo.put((i, t0))
-
-    _dispatch(arrivals, t0, put)
     for _ in procs:
-        todo.put(None)
-    done = np.zeros(n)
+        start.put(t0)
+    done = np.zeros(arrivals.shape[0])
     cpu_ns = 0
     finished = 0
     hits = misses = 0
@@ -479,21 +470,24 @@ def _processes(runner, arrivals: np.ndarray):
     return done - arrivals, done, cpu_ns, hits / (hits + misses) if hits + misses else None
 
 
-def _process_worker(path, config, works, model, seed, todo, results) -> None:
+def _process_worker(path, config, works, model, seed, arrivals, claimed, start, results) -> None:
+    def claim():
+        with claimed.get_lock():
+            i = claimed.value
+            claimed.value = i + 1
+        return i
+
     try:
         with Store.open(path, config=config) as store:
             net = make_model(model, store, seed, fit=True) if model is not None else None  # checked by the parent
             for work in works[:_WARM_REQUESTS]:  # its own DRAM cache, warmed as the parent's is
                 _serve(store, net, work)
             results.put(("ready", None))
+            t0 = start.get()
             before = store.stats()
             cpu0 = time.process_time_ns()
             finished = []
-            while True:
-                item = todo.get()
-                if item is None:
-                    break
-                i, _ = item
+            for i in _claimed(arrivals, t0, claim):
                 _serve(store, net, works[i % len(works)])
                 finished.append((i, time.perf_counter_ns()))
             cpu = time.process_time_ns() - cpu0
