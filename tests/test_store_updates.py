@@ -24,6 +24,8 @@ from helpers import rows_from
 from sdm import errors
 from sdm.store.config import HIERARCHY_PRESETS, HierarchyConfig, TierConfig
 from sdm.store.placement import Placement
+from sdm.tiers.manifest import Manifest
+from sdm.tiers.rowfile import rowfile_path
 
 SPECS = [sdm.TableSpec("f32", 3000, 16, "fp32"), sdm.TableSpec("i8", 2000, 24, "int8"),
          sdm.TableSpec("f16", 1000, 8, "fp16")]
@@ -154,6 +156,24 @@ def test_a_row_file_built_from_an_older_snapshot_elsewhere_is_patched_not_truste
             np.testing.assert_array_equal(other.lookup("f32", ALL_F32), old)
         np.testing.assert_array_equal(writer.lookup("f32", ALL_F32), model)
         np.testing.assert_array_equal(other.lookup("f32", ALL_F32), model)
+
+
+def test_a_row_file_rebuilt_by_another_process_for_an_update_is_kept(store_path):
+    """Both processes map the file when an update passes the rebuild fraction. The writer
+    rebuilds it at the new version; the reader, catching up on the same update, maps that file
+    instead of dropping it and building its own."""
+    ids, old, model = _updated_every(3)
+    path = rowfile_path(store_path, Manifest.read(store_path).table("f32"))
+    with _writer_and_reader(store_path) as (writer, reader):
+        for store in (writer, reader):
+            np.testing.assert_array_equal(store.lookup("f32", ALL_F32), old)
+        writer.update_rows("f32", ids, rows_at(SPECS[0], 1)[ids])
+        np.testing.assert_array_equal(writer.lookup("f32", ALL_F32), model)
+        rebuilt = os.stat(path).st_ino
+        np.testing.assert_array_equal(reader.lookup("f32", ALL_F32), model)
+        assert os.stat(path).st_ino == rebuilt
+        scm = reader.stats()["tiers"][1]
+        assert scm["rebuilds_for_updates"] == 1 and scm["rebuilds"] == 0  # the writer built both files
 
 
 def test_an_older_row_file_close_enough_is_mapped_and_patched(store_path):

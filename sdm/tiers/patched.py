@@ -13,8 +13,9 @@ process catches up, every row of that table comes from LMDB). Publishing a new g
 Once a table's updated rows pass :data:`REBUILD_FRACTION` of it, reading them one LMDB block
 at a time costs more than the file saves: the file is dropped and rebuilt from LMDB by the
 next read (inside that batch's snapshot), and a file found on disk that far behind is
-rebuilt instead of mapped. The old file is unlinked first; other processes keep their
-mapping of it.
+rebuilt instead of mapped. The old file is unlinked first, unless another process has
+rebuilt it since at a newer version (that file is mapped instead); other processes keep
+their mapping of the old one.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from sdm.tiers.manifest import TableLayout
 from sdm.tiers.base import Tier
 from sdm.tiers.lmdb import RowDB
 from sdm.tiers.mmap import FileReplaced
+from sdm.tiers.rowfile import built_version_on_disk
 
 __all__ = ["PatchedTier", "REBUILD_FRACTION"]
 
@@ -71,9 +73,13 @@ class PatchedTier(Tier):
             else:
                 self._patch[layout.table_id] = (got[0], dirty)
         if rebuild:
-            if self._rowfile is not None:
+            path = None if self._rowfile is None else self._rowfile(layout)
+            on_disk = None if path is None else built_version_on_disk(path)
+            # Another process may have rebuilt the file past these changes already (each
+            # process catches up on its own): its file stays, and is mapped next.
+            if path is not None and (on_disk is None or on_disk <= got[0]):
                 try:
-                    os.unlink(self._rowfile(layout))
+                    os.unlink(path)
                 except FileNotFoundError:
                     pass
             self.inner.invalidate(layout)

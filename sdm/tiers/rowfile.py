@@ -65,7 +65,7 @@ from sdm.tiers.manifest import TableLayout, fsync_dir
 from sdm.tiers.lmdb import RowDB
 
 __all__ = ["ROWFILE_DIRNAME", "HEADER_BYTES", "PAGE_BYTES", "RowFile", "build_rowfile", "open_verified",
-           "rowfile_path", "order_digest", "Damaged", "STALE", "IDENTITY"]
+           "rowfile_path", "built_version_on_disk", "order_digest", "Damaged", "STALE", "IDENTITY"]
 
 ROWFILE_DIRNAME = "scm"
 HEADER_BYTES = 4096
@@ -272,6 +272,18 @@ def _intact_version(page: bytes) -> int | None:
     else:
         intact = version == _VERSION and _HEAD_CRC.unpack_from(page, _CRC_AT)[0] == _header_crc(page)
     return version if intact else None
+
+
+def built_version_on_disk(path: str) -> int | None:
+    """The database version named by the intact current-format header of the file at
+    ``path`` (one 4 KiB read); None when there is none: missing, damaged or of an older
+    format."""
+    try:
+        with open(path, "rb") as f:
+            page = f.read(HEADER_BYTES)
+    except OSError:
+        return None
+    return _HEAD.unpack_from(page)[9] if _intact_version(page) == _VERSION else None
 
 
 def _verify(fd: int, path: str, layout: TableLayout, digest: bytes,
