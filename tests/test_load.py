@@ -38,7 +38,7 @@ def test_process_workers_serve_every_request_from_warm_caches():
     assert r.processes and p.requests >= 30 and p.achieved_qps > 0
     assert 0 < p.latency_us["p50"] <= p.latency_us["p99"]
     assert p.dram_hit_rate == 1.0
-    assert p.cpu_us_per_request > 0
+    assert p.cpu_us_per_request > 0 and 0 < p.cpu_utilization <= 1
 
 
 def test_modeled_is_deterministic_for_a_schedule():

@@ -82,7 +82,8 @@ class LoadPoint:
 
     ``latency_us``: ``p50 p95 p99 p999`` from each request's scheduled arrival; ``devices``:
     per device ``utilization`` (its throughput used) and ``mean_queue_depth`` (reads in it);
-    ``cpu_utilization``: the process's CPU time over wall time and cores (real modes);
+    ``cpu_utilization``: CPU time over wall time and cores (real modes: the process's, or
+    with worker processes theirs while they served);
     ``dram_hit_rate``: of the first cache tier (None without one).
     """
 
@@ -309,10 +310,17 @@ class _Runner:
             window = done[measured].max() - arrivals[measured][0]
         n = int(measured.sum())
         devices = _device_window(before, after, window)
+        cores = os.cpu_count() or 1
+        if self.modeled:
+            cpu_utilization = None
+        elif self.processes:  # the workers' CPU while they served (the parent only waits)
+            cpu_utilization = cpu_ns / (max(float(done.max()), 1.0) * cores)
+        else:
+            cpu_utilization = cpu / (wall * cores)
         return LoadPoint(
             offered_qps=float(rate), achieved_qps=n / (window / 1e9) if window > 0 else 0.0,
             latency_us=latency_percentiles_us(latency[measured]), requests=n, devices=devices,
-            cpu_utilization=None if self.modeled else cpu / (wall * (os.cpu_count() or 1)),
+            cpu_utilization=cpu_utilization,
             cpu_us_per_request=cpu_ns / len(arrivals) / 1e3,
             dram_hit_rate=worker_hits if self.processes else _hit_rate(before, after))
 
