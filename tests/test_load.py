@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 
 import pytest
@@ -27,6 +28,7 @@ def test_cli_contract_paced(tmp_path, capsys):
         assert 0 <= p["dram_hit_rate"] <= 1 and p["cpu_utilization"] > 0
     assert data["io_mode"] == "paced" and data["cpu"]
     assert "| offered QPS |" in capsys.readouterr().out  # the table still goes to stdout
+    assert gc.get_freeze_count() == 0  # the heap frozen while serving is handed back
 
 
 def test_process_workers_serve_every_request_from_warm_caches():

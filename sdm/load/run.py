@@ -22,11 +22,14 @@ metadata). How a request is served and timed depends on the store's IO mode:
 
 The first ``warmup_s`` of every rate is served but left out of the figures; before the first
 rate every request of the trace (at most ``_WARM_REQUESTS``) is served once, untimed (by each
-worker process too, which has a cache of its own), so the cache starts warm.
+worker process too, which has a cache of its own), so the cache starts warm. The objects alive
+after the warm-up are then frozen out of the cyclic garbage collector's passes
+(:func:`_frozen_heap`) until the rates are done, as a serving process would be.
 """
 
 from __future__ import annotations
 
+import gc
 import itertools
 import math
 import os
@@ -34,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -215,14 +219,35 @@ def load_test(trace, config="sdm-nand", *, rates=None, search: bool = False,
                                  model, seed, warmup_s)
                 runner.warm()
                 points = []
-                for rate in tqdm(rates, desc="sdm load", unit="rate", disable=not show):
-                    points.append(runner.run(rate, duration_s))
-                qps = _search(runner, points, rates, sla_us, duration_s, show) if search else None
+                with _frozen_heap():
+                    for rate in tqdm(rates, desc="sdm load", unit="rate", disable=not show):
+                        points.append(runner.run(rate, duration_s))
+                    qps = _search(runner, points, rates, sla_us, duration_s, show) if search else None
     finally:
         if tr is not trace:
             tr.close()
     return LoadResult(str(name), config.name, config.io_mode, workers, processes, model, cpu_model(),
                       duration_s, points, sla_us, qps)
+
+
+@contextmanager
+def _frozen_heap():
+    """The objects alive now, out of the cyclic garbage collector's sight until the block ends
+    (``gc.freeze``), as a serving process is after its warm-up.
+
+    A warm serving process holds about 10^5 long-lived objects (the store, Numba's
+    dispatchers, the trace's requests). A full collection walks them all, 56-82 ms on the AMD
+    EPYC VM, inside whichever request's allocation triggered it. With two worker processes over
+    ``dram`` those pauses set the p99 from 356/s on: 43-62 ms at 450 and 600/s, against 4.0-4.7
+    ms with the collector off (bench/RESULTS.md). Objects made while serving are still
+    collected; a frozen one that becomes garbage in the block waits for the block's end, unless
+    reference counting frees it."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _check_rates(rates, search: bool) -> list[float]:
@@ -490,15 +515,16 @@ def _process_worker(path, config, works, model, seed, arrivals, claimed, start, 
             net = make_model(model, store, seed, fit=True) if model is not None else None  # checked by the parent
             for work in works[:_WARM_REQUESTS]:  # its own DRAM cache, warmed as the parent's is
                 _serve(store, net, work)
-            results.put(("ready", None))
-            t0 = start.get()
-            before = store.stats()
-            cpu0 = time.process_time_ns()
-            finished = []
-            for i in _claimed(arrivals, t0, claim):
-                _serve(store, net, works[i % len(works)])
-                finished.append((i, time.perf_counter_ns()))
-            cpu = time.process_time_ns() - cpu0
+            with _frozen_heap():
+                results.put(("ready", None))
+                t0 = start.get()
+                before = store.stats()
+                cpu0 = time.process_time_ns()
+                finished = []
+                for i in _claimed(arrivals, t0, claim):
+                    _serve(store, net, works[i % len(works)])
+                    finished.append((i, time.perf_counter_ns()))
+                cpu = time.process_time_ns() - cpu0
             results.put(("done", finished))
             hits, misses = _cache_counts(before, store.stats())
             results.put(("cpu", (cpu, hits, misses)))
