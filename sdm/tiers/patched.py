@@ -73,15 +73,16 @@ class PatchedTier(Tier):
             else:
                 self._patch[layout.table_id] = (got[0], dirty)
         if rebuild:
-            path = None if self._rowfile is None else self._rowfile(layout)
-            on_disk = None if path is None else built_version_on_disk(path)
-            # Another process may have rebuilt the file past these changes already (each
-            # process catches up on its own): its file stays, and is mapped next.
-            if path is not None and (on_disk is None or on_disk <= got[0]):
-                try:
-                    os.unlink(path)
-                except FileNotFoundError:
-                    pass
+            if self._rowfile is not None:
+                path = self._rowfile(layout)
+                on_disk = built_version_on_disk(path)
+                # Another process may have rebuilt the file past these changes already (each
+                # process catches up on its own): its file stays, and is mapped next.
+                if on_disk is None or on_disk <= got[0]:
+                    try:
+                        os.unlink(path)
+                    except FileNotFoundError:
+                        pass
             self.inner.invalidate(layout)
 
     def _changed_since(self, layout: TableLayout, version: int, txn) -> np.ndarray:

@@ -279,11 +279,16 @@ def built_version_on_disk(path: str) -> int | None:
     ``path`` (one 4 KiB read); None when there is none: missing, damaged or of an older
     format."""
     try:
-        with open(path, "rb") as f:
-            page = f.read(HEADER_BYTES)
+        page = _header_page(path)
     except OSError:
         return None
     return _HEAD.unpack_from(page)[9] if _intact_version(page) == _VERSION else None
+
+
+def _header_page(path: str) -> bytes:
+    """The first :data:`HEADER_BYTES` of the file at ``path`` (fewer if it is shorter)."""
+    with open(path, "rb") as f:
+        return f.read(HEADER_BYTES)
 
 
 def _verify(fd: int, path: str, layout: TableLayout, digest: bytes,
@@ -413,16 +418,15 @@ def build_rowfile(db: RowDB, directory: str, layout: TableLayout,
 def _drop_older_generations(folder: str, layout: TableLayout) -> None:
     """Unlink row files of ``layout``'s table whose intact header, in any format version,
     names an older generation (processes still serving that generation keep their mapping:
-    unlink keeps the inode). Files of the current generation in other orders, and damaged files, are left to whoever
-    opens them."""
+    unlink keeps the inode). Files of the current generation in other orders, and damaged
+    files, are left to whoever opens them."""
     for name in os.listdir(folder):
         m = _SIBLING.fullmatch(name)
         if m is None or int(m.group(1)) != layout.table_id:
             continue
         path = os.path.join(folder, name)
         try:
-            with open(path, "rb") as f:
-                page = f.read(HEADER_BYTES)
+            page = _header_page(path)
             if (_intact_version(page) is not None
                     and struct.unpack_from("<Q", page, _GENERATION_AT)[0] < layout.generation):
                 os.unlink(path)
