@@ -28,7 +28,7 @@ class _Device:
         return reserve(*self.state, issue, issue, reads, queue_depth, self.latency, self.units)[0]
 
 
-def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=None):
+def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=None, overlap=False, cold=None):
     """Latency (ns) of each arrival.
 
     ``requests``: a list of profiled requests, arrival ``n`` being ``requests[n % R]``; each a
@@ -36,13 +36,18 @@ def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=Non
     ...]), ...]}``. ``devices``: ``[(latency_ns, spacing_ns), ...]``. ``stall[n][stage]``: ns
     added to arrival ``n``'s CPU task ``stage`` (0 emb, 1 bottom, 2 top); ``wake[n]``: its
     wake-up when it starts on a free worker and after its last device read (default none).
+    ``overlap``: a request's reads start when its embedding task starts, not when it ends.
+    ``cold``: ``(gaps_ns, factors)``: a task's time is multiplied by the factor interpolated at
+    how long its core was idle (default none).
     """
     stages = {"emb": 0, "bottom": 1, "top": 2}
     seq = itertools.count()
     events = []
     latency = np.zeros(len(arrivals))
     queues = [_Device(lat, spacing) for lat, spacing in devices]
-    idle = cores
+    idle = list(range(cores))  # idle cores, the last one freed at the end
+    free_at = [0.0] * cores  # when each core last became idle
+    emb_done = set()
     ready = deque()  # CPU tasks (request, stage) in the order they became ready
     waiting = deque()  # arrivals waiting for a worker
     active = 0
@@ -57,7 +62,7 @@ def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=Non
 
     def begin(n):
         bottom = profile(n)["bottom"] > 0
-        left[n] = 2 if bottom else 1
+        left[n] = (2 if bottom else 1) + (1 if overlap else 0)
         ready.append((n, "emb"))
         if bottom:
             ready.append((n, "bottom"))
@@ -70,7 +75,8 @@ def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=Non
     def issue(n, now):
         batches = profile(n)["batches"]
         if step[n] == len(batches):
-            if step[n] > 0 and wake is not None and wake[n][1] > 0:
+            slept = n in emb_done or not overlap  # else its CPU work outlasted the reads
+            if step[n] > 0 and wake is not None and wake[n][1] > 0 and slept:
                 at(now + wake[n][1], ("woke from reads", n))
             else:
                 branch_done(n)
@@ -105,11 +111,19 @@ def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=Non
             n = rest[0]
             step[n] += 1
             issue(n, now)
+        elif kind == "reads start":
+            n = rest[0]
+            step[n] = 0
+            issue(n, now)
         else:  # a CPU task ended
-            n, stage, held_core = rest
-            if held_core:
-                idle += 1
-            if stage == "emb":
+            n, stage, core = rest
+            if core is not None:
+                idle.append(core)
+                free_at[core] = now
+            if stage == "emb" and overlap:
+                emb_done.add(n)
+                branch_done(n)
+            elif stage == "emb":
                 step[n] = 0
                 issue(n, now)
             elif stage == "bottom":
@@ -123,10 +137,17 @@ def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=Non
         for n, stage in list(ready):
             if profile(n)[stage] <= 0:  # no core needed, no wait for one
                 ready.remove((n, stage))
-                at(now, ("cpu", n, stage, False))
-        while ready and idle > 0:
+                at(now, ("cpu", n, stage, None))
+                if stage == "emb" and overlap:
+                    at(now, ("reads start", n))
+        while ready and idle:
             n, stage = ready.popleft()
-            idle -= 1
+            core = idle.pop()
+            cost = profile(n)[stage]
+            if cold is not None:
+                cost *= float(np.interp(now - free_at[core], *cold))
             extra = 0.0 if stall is None else stall[n][stages[stage]]
-            at(now + profile(n)[stage] + extra, ("cpu", n, stage, True))
+            at(now + (cost + extra), ("cpu", n, stage, core))
+            if stage == "emb" and overlap:
+                at(now, ("reads start", n))
     return latency

@@ -43,15 +43,18 @@ def _profile(cpu_emb, *, bottom=None, top=None, batches=None, devices=(), cores=
         settles_after=0, live_hits=None)
 
 
-def _kernel_latency(p: RequestProfile, arrivals, cores, workers=0, stall=None, wake=None):
+def _kernel_latency(p: RequestProfile, arrivals, cores, workers=0, stall=None, wake=None, overlap=False,
+                    cold=None):
     out = np.empty(len(arrivals))
+    gaps, factors = (np.zeros(0), np.zeros(0)) if cold is None else (np.asarray(c, dtype=np.float64) for c in cold)
     stall = np.zeros((len(arrivals), 3)) if stall is None else np.asarray(stall, dtype=np.float64)
     wake = np.zeros((len(arrivals), 2)) if wake is None else np.asarray(wake, dtype=np.float64)
     lat = np.array([d.latency_ns for d in p.devices], dtype=np.float64)
     sp = np.array([d.spacing_ns for d in p.devices], dtype=np.float64)
     simulate_host(np.asarray(arrivals, dtype=np.float64), np.int64(p.requests), p.cpu_emb_ns, p.cpu_bottom_ns,
                   p.cpu_top_ns, p.batch_ptr, p.batch_qd, p.sub_ptr, p.sub_dev, p.sub_reads, lat, sp,
-                  np.int64(cores), np.int64(workers), stall, wake, out, np.zeros(len(p.devices), np.int64),
+                  np.int64(cores), np.int64(workers), stall, wake, overlap, gaps, factors, out,
+                  np.zeros(len(p.devices), np.int64),
                   np.zeros(len(p.devices) + 1))
     return out
 
@@ -77,8 +80,15 @@ def test_the_kernel_matches_the_reference_simulator(requests, gaps, devices, cor
     stall, wake = noise.draw(st.one_of(st.none(), st.tuples(
         st.lists(st.lists(st.integers(0, 300), min_size=3, max_size=3), min_size=n, max_size=n),
         st.lists(st.lists(st.integers(0, 300), min_size=2, max_size=2), min_size=n, max_size=n)))) or (None, None)
-    want = reference_simulate(arrivals, requests, devices, cores, workers, stall, wake)
-    np.testing.assert_allclose(_kernel_latency(p, arrivals, cores, workers, stall, wake), want, rtol=0, atol=1e-6)
+    # reads that start with the embedding task (a paced store), and cores slower after idling:
+    # the factors are small integers at gaps 128 ns apart: every interpolated factor at an
+    # integer gap is a multiple of 1/128, so both simulators' sums stay exact
+    overlap = noise.draw(st.booleans())
+    cold = noise.draw(st.one_of(st.none(), st.lists(st.sampled_from([1.0, 2.0, 4.0]), min_size=1, max_size=3).map(
+        lambda f: (np.arange(len(f), dtype=np.float64) * 128.0, sorted(f)))))
+    want = reference_simulate(arrivals, requests, devices, cores, workers, stall, wake, overlap, cold)
+    got = _kernel_latency(p, arrivals, cores, workers, stall, wake, overlap, cold)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
 
 
 N = 1_000_000
@@ -158,3 +168,23 @@ def test_a_latency_floor_above_the_sla_is_named():
     p = _profile([5e6])  # 5 ms of CPU per request
     r = HostSimulation(p, arrivals=1000).qps_at_sla(1000.0)
     assert r.qps == 0.0 and r.bottleneck == LATENCY_FLOOR and r.zero_load_us == pytest.approx(5000.0)
+
+
+def test_overlapped_reads_make_a_request_as_long_as_its_longer_branch():
+    # 300 ns of pooling and a chain of two 1000 ns reads, then 50 ns of top MLP: in series
+    # 1350 ns; with overlap (a paced store) max(300, 2000) + 50
+    p = _profile([300.0], top=[50.0], batches=[[(1, [(0, 1)]), (1, [(0, 1)])]], devices=[(1000.0, 1000.0)])
+    assert _kernel_latency(p, [0.0], 1)[0] == pytest.approx(2350.0)
+    assert _kernel_latency(p, [0.0], 1, overlap=True)[0] == pytest.approx(2050.0)
+    long = _profile([5000.0], batches=[[(1, [(0, 1)])]], devices=[(1000.0, 1000.0)])
+    assert _kernel_latency(long, [0.0], 1, overlap=True)[0] == pytest.approx(5000.0)
+
+
+def test_a_core_idle_longer_runs_the_next_task_slower():
+    # factor 1 after no idle time, 2 after 10 us or more, interpolated between: the first
+    # request finds the core idle since t = 0, the second 4 us after the first ended (1.4 x),
+    # the third 43.6 us after (2 x)
+    p = _profile([1000.0])
+    cold = ([0.0, 10_000.0], [1.0, 2.0])
+    got = _kernel_latency(p, [0.0, 5000.0, 50_000.0], 1, cold=cold)
+    np.testing.assert_allclose(got, [1000.0, 1400.0, 2000.0])

@@ -5,23 +5,29 @@ A request ``n`` arrives at ``arrivals[n]`` and is an instance of profiled reques
 
 * its embedding task (``cpu_emb[r]``: dedup, probe, pooling) and, with a DLRM, its bottom
   MLP (``cpu_bottom[r]``) are queued for a core at arrival, in that order;
-* when the embedding task ends, its device batches are issued one after another (the store
-  serves a request's tables in turn): batch ``b`` reads ``sub_reads[k]`` blocks from device
-  ``sub_dev[k]`` for ``k`` in ``sub_ptr[b]:sub_ptr[b+1]`` (a tier's blocks striped over its
-  devices), ``batch_qd[b]`` in flight per device, on the units each device's earlier batches
-  left free (:func:`sdm.kernels.devqueue.reserve`, the live store's device model); the next
-  batch is issued when the last read of this one completes;
-* when both the reads and the bottom MLP are done, its top task (``cpu_top[r]``:
-  interaction and top MLP) is queued; the request completes when that ends.
+* its device batches are issued one after another (the store serves a request's tables in
+  turn): batch ``b`` reads ``sub_reads[k]`` blocks from device ``sub_dev[k]`` for ``k`` in
+  ``sub_ptr[b]:sub_ptr[b+1]`` (a tier's blocks striped over its devices), ``batch_qd[b]`` in
+  flight per device, on the units each device's earlier batches left free
+  (:func:`sdm.kernels.devqueue.reserve`, the live store's device model); the next batch is
+  issued when the last read of this one completes. The first is issued when the embedding
+  task ends, or, with ``overlap``, when it starts on a core: a ``paced`` store charges a
+  request's reads from where its pooling starts and waits for them once, at the request's
+  end, so its CPU work runs while the devices serve (:func:`sdm.tiers.clock.paced_request`);
+* when the embedding task and its reads and the bottom MLP are done, its top task
+  (``cpu_top[r]``: interaction and top MLP) is queued; the request completes when that ends.
 
 What the machine itself takes (:mod:`sdm.host.platform`, measured; zeros on an ideal host):
 ``stall_ns[n, s]`` is added to CPU task ``s`` of arrival ``n`` (the time its core was taken
 from it while it ran), and a request that blocks wakes late: one that finds a free worker
 starts ``wake_ns[n, 0]`` after its arrival, and one that read from a device continues
-``wake_ns[n, 1]`` after its last read.
+``wake_ns[n, 1]`` after its last read (with ``overlap``, only if its embedding task ended
+before that read: otherwise the thread never slept). A task also runs slower on a core that
+was idle for a while before it: its time is multiplied by ``cold_factor`` interpolated at the
+core's idle time in ``cold_gap_ns`` (measured, :mod:`sdm.host.profile`; none: 1).
 
-Cores take CPU tasks first come first served, one task per core at a time; a task of zero
-time needs no core and waits for none. Events are processed in time order, ties in the order they were made,
+Cores take CPU tasks first come first served, one task per core at a time, the core idle
+the shortest time first (the warmest); a task of zero time needs no core and waits for none. Events are processed in time order, ties in the order they were made,
 so a run is a deterministic function of its inputs.
 """
 
@@ -40,6 +46,7 @@ _FREE_DONE = 2  # a task of zero time
 _READS_DONE = 3
 _WOKEN = 4  # a request that found a free worker starts serving
 _READS_WOKEN = 5  # a request's thread is back from its last device wait
+_READS_START = 6  # with overlap: a request's embedding task started, and so its reads
 
 
 @jit
@@ -92,7 +99,7 @@ def _pop(h_time, h_seq, h_kind, h_arg, size):
 @jit
 def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_ptr, batch_qd, sub_ptr,
                   sub_dev, sub_reads, dev_latency, dev_spacing, cores, workers, stall_ns, wake_ns,
-                  latency_out, dev_reads_out, dev_busy_out):
+                  overlap, cold_gap_ns, cold_factor, latency_out, dev_reads_out, dev_busy_out):
     """Run the host of this module's docstring over ``N`` arrivals.
 
     Args:
@@ -115,14 +122,15 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
         latency_out: ``(N,)`` float64 out: completion minus arrival, ns.
         dev_reads_out: ``(D,)`` int64 out: reads each device served.
         dev_busy_out: ``(D + 1,)`` float64 out: ``[:D]`` each device's busy time, reads x
-            spacing (ns: the unit-ns its reads held over its units), ``[D]`` the cores' (ns).
+            spacing (ns: the unit-ns its reads held over its units), ``[D]`` the cores' (ns:
+            busy time, stalls and cold cores included).
 
     Returns:
         When the last request completed (ns).
     """
     n_req = arrivals.shape[0]
     n_dev = dev_latency.shape[0]
-    cap = 3 * n_req + cores + 2  # pending events: one arrival, three per request, one per core
+    cap = 4 * n_req + cores + 2  # pending events: one arrival, four per request, one per core
     h_time = np.empty(cap, dtype=np.float64)
     h_seq = np.empty(cap, dtype=np.int64)
     h_kind = np.empty(cap, dtype=np.int64)
@@ -136,7 +144,10 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
     bp_count = np.zeros(n_dev, dtype=np.int64)
     bp_scratch = np.zeros((2, 16), dtype=np.float64)
     dev_units = dev_latency / dev_spacing
-    pending = np.zeros(n_req, dtype=np.int64)  # branches (reads, bottom MLP) still running
+    pending = np.zeros(n_req, dtype=np.int64)  # branches (reads, embeddings, bottom MLP) still running
+    emb_done = np.zeros(n_req, dtype=np.bool_)
+    idle_cores = np.arange(cores)  # a stack: [:idle] are idle, the last freed on top
+    core_free_ns = np.zeros(cores)  # when each core last became idle
     next_batch = np.zeros(n_req, dtype=np.int64)
     waiting = np.empty(n_req, dtype=np.int64)  # arrivals waiting for a worker
     w_head = 0
@@ -182,12 +193,24 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
         elif kind == _READS_DONE:
             issue = arg
             next_batch[arg] += 1
+        elif kind == _READS_START:
+            issue = arg
+            next_batch[arg] = 0
         else:
             if kind == _CPU_DONE:
+                core = arg % cores
+                arg //= cores
+                idle_cores[idle] = core
+                core_free_ns[core] = now
                 idle += 1
             n = arg // 3
             stage = arg - 3 * n
-            if stage == 0:
+            if stage == 0 and overlap:
+                emb_done[n] = True
+                pending[n] -= 1
+                if pending[n] == 0:
+                    ready = 3 * n + 2
+            elif stage == 0:
                 issue = n
                 next_batch[n] = 0
             elif stage == 1:
@@ -204,7 +227,7 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
                     active += 1
         if begin >= 0:
             has_bottom = cpu_bottom[begin % num_profiles] > 0.0
-            pending[begin] = 2 if has_bottom else 1
+            pending[begin] = (2 if has_bottom else 1) + (1 if overlap else 0)
             ready = 3 * begin
             if has_bottom:
                 ready2 = 3 * begin + 1
@@ -231,7 +254,7 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
                     dev_reads_out[d] += sub_reads[k]
                 size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now + done, _READS_DONE, n)
                 seq += 1
-            elif next_batch[n] > 0 and wake_ns[n, 1] > 0.0:
+            elif next_batch[n] > 0 and wake_ns[n, 1] > 0.0 and (emb_done[n] or not overlap):
                 size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now + wake_ns[n, 1], _READS_WOKEN, n)
                 seq += 1
             else:
@@ -249,6 +272,9 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
             if cost <= 0.0:
                 size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now, _FREE_DONE, task)
                 seq += 1
+                if stage == 0 and overlap:
+                    size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now, _READS_START, n)
+                    seq += 1
             else:
                 fifo[tail] = task
                 tail += 1
@@ -259,9 +285,15 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
             stage = task - 3 * n
             r = n % num_profiles
             cost = cpu_emb[r] if stage == 0 else (cpu_bottom[r] if stage == 1 else cpu_top[r])
-            cost += stall_ns[n, stage]
             idle -= 1
+            core = idle_cores[idle]
+            if cold_gap_ns.shape[0] > 0:
+                cost *= np.interp(now - core_free_ns[core], cold_gap_ns, cold_factor)
+            cost += stall_ns[n, stage]
             dev_busy_out[n_dev] += cost
-            size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now + cost, _CPU_DONE, task)
+            size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now + cost, _CPU_DONE, task * cores + core)
             seq += 1
+            if stage == 0 and overlap:
+                size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now, _READS_START, n)
+                seq += 1
     return last_done
