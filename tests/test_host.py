@@ -102,6 +102,15 @@ def test_striping_splits_a_tiers_blocks_over_its_devices(tmp_path, nand):
     assert reads[1:].sum() == pytest.approx(nand.reads_per_request()[1:].sum())
     assert (reads[1:] > 0).all()
     assert reads[0] == nand.reads_per_request()[0]  # DRAM lines do not depend on the SCM
+    assert p.cold_gap_ns.size == 0  # a host that is not this machine: its cores' warmth is unknown
+
+
+def test_this_machine_measures_its_cold_cores(nand):
+    gaps, factors = nand.cold_gap_ns, nand.cold_factor
+    assert gaps.size == factors.size >= 2 and gaps[0] == 0.0 and factors[0] == 1.0
+    assert (np.diff(gaps) > 0).all() and gaps[-1] >= 10e6  # ascending, out to tens of ms idle
+    assert np.isfinite(factors).all() and (factors > 0).all()
+    assert [c["idle_us"] for c in nand.summary()["cold_core"]] == pytest.approx(gaps / 1e3)
 
 
 def test_predict_gives_the_contract_keys(nand):

@@ -15,9 +15,12 @@ second pass it records
   devices without serving the trace again;
 * its CPU work, measured here on a live store: the thread CPU time of its
   ``Store.embedding_bags`` call (dedup, probe, pooling, hits and misses as they fall; the
-  least over two warm passes, as other jobs only ever add to it) and, with a DLRM preset,
-  the bottom MLP and the interaction + top MLP at their measured time per sample; all
-  divided by the host's ``core_speed``.
+  median over warm passes, :func:`_measure_cpu`) and, with a DLRM preset, the bottom MLP and
+  the interaction + top MLP at their measured time per sample; all divided by the host's
+  ``core_speed``;
+* on ``this-machine``, how much slower a request runs on a core that sat idle before it
+  (:func:`_measure_cold`): the back-to-back passes above keep caches, branch predictors and
+  clocks warm, and live load at a low rate does not.
 
 It also reports how fast the hit rate settles: the requests of the two passes after which
 the rest's last half is within 0.01 of the rest's whole.
@@ -38,7 +41,7 @@ import numpy as np
 from sdm.devices import get_device
 from sdm.errors import ConfigError, InvalidArgumentError
 from sdm.formats import check_format, row_bytes as row_bytes_of
-from sdm.host.spec import HostSpec, resolve_host
+from sdm.host.spec import THIS_MACHINE, HostSpec, resolve_host
 from sdm.policies import simulate
 from sdm.replay.live import DEFAULT_DIM, build_store, check_store_tables, make_model
 from sdm.replay.requests import KeyStream, check_request_size, iter_requests, key_stream
@@ -60,6 +63,10 @@ _MODEL_SAMPLES = 16  # requests whose forward pass is timed to get the MLPs' tim
 _TIMED_S = 1.5
 _MIN_PASSES = 3
 _MAX_PASSES = 64
+# _measure_cold: the idle gaps (ms) it times requests after, how many requests, how many rounds.
+_COLD_GAPS_MS = (0.3, 1.0, 3.0, 10.0, 30.0)
+_COLD_REQUESTS = 16
+_COLD_ROUNDS = 2
 
 
 class UnsupportedHierarchy(ConfigError):
@@ -92,7 +99,10 @@ class RequestProfile:
     int64. ``devices``: index -> :class:`Device` (the DRAM device first, then the SCM tier's).
     ``scm_block_ptr`` ``(nb + 1,)`` / ``scm_block_ids`` int64: CSR of each batch's SCM block
     numbers, ascending (an empty range for a DRAM batch; None for a profile without SCM), from
-    which the batch's parts on any number of devices follow. ``settles_after``: requests (of both passes)
+    which the batch's parts on any number of devices follow. ``cold_gap_ns`` /
+    ``cold_factor`` ``(G,)`` float64: a CPU task's time on a core idle ``cold_gap_ns[g]``
+    before it is ``cold_factor[g]`` times its profiled time (interpolated; empty: 1,
+    measured on ``this-machine`` only). ``settles_after``: requests (of both passes)
     the hit rate took to settle, None if it did not; ``live_hits``: the live store's cache hits
     over the profiled pass (None without a cache), equal to ``hits.sum()`` when the control
     plane and the store agree.
@@ -124,6 +134,8 @@ class RequestProfile:
     top_ns_per_sample: float = 0.0
     scm_block_ptr: np.ndarray | None = None
     scm_block_ids: np.ndarray | None = None
+    cold_gap_ns: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    cold_factor: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
 
     @property
     def requests(self) -> int:
@@ -156,6 +168,8 @@ class RequestProfile:
                                        "interaction_top_mlp": float(self.cpu_top_ns.mean()) / 1e3},
                 "mlp_us_per_sample": {"bottom": self.bottom_ns_per_sample / 1e3,
                                       "interaction_top": self.top_ns_per_sample / 1e3},
+                "cold_core": [{"idle_us": float(g) / 1e3, "cpu_factor": float(f)}
+                              for g, f in zip(self.cold_gap_ns, self.cold_factor)],
                 "devices": [{"name": d.name, "group": d.group, "latency_us": d.latency_ns / 1e3,
                              "units": d.units, "reads_per_request": float(reads[i])}
                             for i, d in enumerate(self.devices)]}
@@ -333,12 +347,50 @@ def _timed_passes(one_pass) -> list:
     return runs
 
 
-def _measure_cpu(tr, store_path, config, request_size, model, seed, fit_model=False):
-    """``(emb_ns (R,), live hits or None, bottom ns/sample, top ns/sample)`` over a live store
+def _measure_cold(st, bags, emb_ns) -> tuple:
+    """``(idle_ns (G + 1,), factor (G + 1,))`` float64: how much longer a request's
+    ``embedding_bags`` takes in thread CPU time when this thread slept before it.
+
+    :data:`_COLD_REQUESTS` requests spread over the trace are each served after sleeping
+    every gap of :data:`_COLD_GAPS_MS` in turn (:data:`_COLD_ROUNDS` rounds, the order of the
+    gaps reversed every other round); a gap's factor is the median of their CPU time over
+    the same request's warm median ``emb_ns``, at the median idle time measured (from the
+    end of the previous call to the start of this one). Gap 0 has factor 1: ``emb_ns`` was
+    timed back to back.
+
+    Why: on this project's VMs (AMD EPYC, one Numba thread), the bundled trace's requests
+    took 692-815 us of CPU back to back, 874-975 after 1 ms idle, 1,152-1,242 after 3 ms and
+    1,444-1,557 after 10 ms: an idle core drops its clock and a sleeping thread comes back to
+    caches others used. Live load at a low rate serves every request after such a gap.
+    """
+    picks = np.unique(np.linspace(0, len(bags) - 1, min(_COLD_REQUESTS, len(bags))).astype(np.int64))
+    ratios = {g: [] for g in _COLD_GAPS_MS}
+    idle = {g: [] for g in _COLD_GAPS_MS}
+    for rnd in range(_COLD_ROUNDS):
+        gaps = _COLD_GAPS_MS if rnd % 2 == 0 else _COLD_GAPS_MS[::-1]
+        for i in picks:
+            for g in gaps:
+                end = time.perf_counter_ns()
+                time.sleep(g / 1e3)
+                start = time.perf_counter_ns()
+                t0 = time.thread_time_ns()
+                st.embedding_bags(bags[i])
+                ratios[g].append((time.thread_time_ns() - t0) / max(float(emb_ns[i]), 1.0))
+                idle[g].append(start - end)
+    gap_ns = [0.0] + [float(np.median(idle[g])) for g in _COLD_GAPS_MS]
+    factor = [1.0] + [float(np.median(ratios[g])) for g in _COLD_GAPS_MS]
+    order = np.argsort(gap_ns, kind="stable")  # np.interp needs the gaps ascending
+    return np.asarray(gap_ns)[order], np.asarray(factor)[order]
+
+
+def _measure_cpu(tr, store_path, config, request_size, model, seed, fit_model=False, cold=False):
+    """``(emb_ns (R,), live hits or None, bottom ns/sample, top ns/sample, (cold idle ns,
+    cold factor))`` over a live store
     (modeled IO): after a warm pass, each request's ``embedding_bags`` timed in thread CPU
     time in passes over the trace for at least :data:`_TIMED_S` (:func:`_timed_passes`),
-    keeping its median (hits counted in the first pass); with a model, its MLPs timed the same
-    way over the first requests' forward passes.
+    keeping its median (hits counted in the first pass); with ``cold``, then how much a core
+    idle before a request slows it (:func:`_measure_cold`; else two empty arrays); with a
+    model, its MLPs timed the same way over the first requests' forward passes.
 
     The median of passes spread over seconds, not one pass or the least of a few: on this
     project's shared VMs the same requests' CPU time drifts with whatever else the host runs
@@ -374,6 +426,7 @@ def _measure_cpu(tr, store_path, config, request_size, model, seed, fit_model=Fa
 
         emb = np.median(np.stack(_timed_passes(emb_pass)), axis=0)
         live = first[1]["hits"] - first[0]["hits"] if first[1].get("kind") == "cache" else None
+        slowed = _measure_cold(st, bags, emb) if cold else (np.zeros(0), np.zeros(0))
         bottom = top = 0.0
         if model is not None:
             from sdm.host.blas import one_blas_thread
@@ -400,7 +453,7 @@ def _measure_cpu(tr, store_path, config, request_size, model, seed, fit_model=Fa
                 finally:
                     net.close()
             bottom, top = float(bottom) * 1e9 / max(samples, 1), float(top) * 1e9 / max(samples, 1)
-    return emb, live, bottom, top
+    return emb, live, bottom, top, slowed
 
 
 def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str | None = None,
@@ -462,7 +515,8 @@ def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str |
         with tempfile.TemporaryDirectory(prefix="sdm-host-", dir=workdir) as tmp:
             path = store if store is not None else build_store(os.path.join(tmp, "store"), tr.table_sizes,
                                                                dim=dim, fmt=fmt, seed=seed, progress=False)
-            emb, live, bottom, top = _measure_cpu(tr, path, config, request_size, model, seed, fit_model)
+            emb, live, bottom, top, cold = _measure_cpu(tr, path, config, request_size, model, seed, fit_model,
+                                                        cold=host.name == THIS_MACHINE)
     finally:
         if tr is not trace:
             tr.close()
@@ -476,4 +530,4 @@ def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str |
         batch_ptr=batches[0], batch_qd=batches[1], sub_ptr=batches[2], sub_dev=batches[3],
         sub_reads=batches[4], devices=batches[5], settles_after=settles, live_hits=live,
         bottom_ns_per_sample=bottom / speed, top_ns_per_sample=top / speed,
-        scm_block_ptr=batches[6], scm_block_ids=batches[7])
+        scm_block_ptr=batches[6], scm_block_ids=batches[7], cold_gap_ns=cold[0], cold_factor=cold[1])

@@ -32,6 +32,7 @@ def host_markdown(r) -> str:
         f"interaction + top MLP {_us(cpu['interaction_top_mlp'])}"
         + (f" (model `{p.model}`)" if p.model else ""),
         _platform_line(p.host.platform),
+        _cold_line(prof["cold_core"], p.io_mode),
         f"- {r.arrivals:,} simulated Poisson arrivals per rate"
         + ("" if r.workers is None else f", at most {r.workers} in service"), "",
         f"**QPS at SLA (p{s.percentile:g} <= {_us(s.sla_us)}): {s.qps:,.1f} requests/s**; bottleneck: "
@@ -48,6 +49,15 @@ def host_markdown(r) -> str:
         lines.append(f"| {c.offered_qps:,.1f} | {_us(lat['p50'])} | {_us(lat['p95'])} | {_us(lat['p99'])} "
                      f"| {_us(lat['p999'])} | {c.utilization['cores']:.2f} |")
     return "\n".join(lines) + "\n"
+
+
+def _cold_line(cold, io_mode) -> str:
+    reads = ("reads start with the pooling (paced)" if io_mode == "paced"
+             else "reads start after the embedding task")
+    if not cold:
+        return f"- cold cores: not modeled; {reads}"
+    return ("- CPU after a core's idle gap: " + ", ".join(f"{c['cpu_factor']:.2f}x after {_us(c['idle_us'])}"
+                                                      for c in cold if c["idle_us"] > 0) + f"; {reads}")
 
 
 def _platform_line(platform) -> str:

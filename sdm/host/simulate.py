@@ -9,7 +9,10 @@ of the percentiles (the host starts empty).
 
 The host's :class:`~sdm.host.platform.PlatformNoise` (``this-machine``'s is measured) adds
 stalls to each arrival's CPU tasks and wake-ups to its start and its last device wait, drawn
-once per simulation from their own seeded stream, so every rate sees the same ones.
+once per simulation from their own seeded stream, so every rate sees the same ones. The
+profile's cold-core factors (measured on ``this-machine``) slow a task on a core idle before
+it; with a ``paced`` profile a request's reads start with its embedding task, as the live
+paced store issues them from where pooling starts and waits once at the request's end.
 
 Utilization is busy time over the span of the arrivals: core busy time (stalls included) over ``cores x span``;
 a device's reads x spacing (the unit-ns its reads held, over its units: :mod:`sdm.kernels.devqueue`)
@@ -129,6 +132,8 @@ class HostSimulation:
         self._args = (np.int64(p.requests), p.cpu_emb_ns, p.cpu_bottom_ns, p.cpu_top_ns, p.batch_ptr,
                       p.batch_qd, p.sub_ptr, p.sub_dev, p.sub_reads,
                       np.array([d.latency_ns for d in p.devices]), np.array([d.spacing_ns for d in p.devices]))
+        # A paced store's reads run while its request pools (sdm.kernels.hostsim's overlap).
+        self._machine = (np.bool_(p.io_mode == "paced"), p.cold_gap_ns, p.cold_factor)
         self.groups = _groups(profile)
         self.runs = 0  # simulations run so far
         self._load_kernel()
@@ -136,7 +141,7 @@ class HostSimulation:
     def _load_kernel(self) -> None:
         """Compile (or load) the kernel on one toy arrival, so no timed run pays for it."""
         simulate_host(np.zeros(1), *self._args, np.int64(1), np.int64(0), np.zeros((1, 3)), np.zeros((1, 2)),
-                      np.empty(1), self.reads.copy(), self.busy.copy())
+                      *self._machine, np.empty(1), self.reads.copy(), self.busy.copy())
 
     # -- one rate ----------------------------------------------------------------------
 
@@ -145,7 +150,8 @@ class HostSimulation:
         arrivals = self.gaps * (1e9 / rate_per_s)
         self.runs += 1
         self.last_ns = simulate_host(arrivals, *self._args, np.int64(self.cores),
-                                     np.int64(self.workers), self.stall_ns, self.wake_ns, self.latency_ns,
+                                     np.int64(self.workers), self.stall_ns, self.wake_ns, *self._machine,
+                                     self.latency_ns,
                                      self.reads, self.busy)
         self.span_ns = max(float(arrivals[-1]), 1.0)
         return self.latency_ns
