@@ -119,6 +119,11 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
             (a task of zero time stays one).
         wake_ns: ``(N, 2)`` float64 ns: each arrival's wake-up at its start (when a worker was
             free) and after its last device read.
+        overlap: bool: a request's reads start when its embedding task starts (a ``paced``
+            store), not when it ends.
+        cold_gap_ns, cold_factor: ``(G,)`` float64, gaps ascending: a task on a core idle
+            ``g`` ns takes ``np.interp(g, cold_gap_ns, cold_factor)`` times its time; ``G = 0``:
+            no slowdown.
         latency_out: ``(N,)`` float64 out: completion minus arrival, ns.
         dev_reads_out: ``(D,)`` int64 out: reads each device served.
         dev_busy_out: ``(D + 1,)`` float64 out: ``[:D]`` each device's busy time, reads x
