@@ -36,7 +36,9 @@ def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=Non
     ...]), ...]}``. ``devices``: ``[(latency_ns, spacing_ns), ...]``. ``stall[n][stage]``: ns
     added to arrival ``n``'s CPU task ``stage`` (0 emb, 1 bottom, 2 top); ``wake[n]``: its
     wake-up when it starts on a free worker and after its last device read (default none).
-    ``overlap``: a request's reads start when its embedding task starts, not when it ends.
+    ``overlap``: a request's reads start when its embedding task starts, not when it ends,
+    and its batch ``i`` not before ``after[i]`` ns of that task's CPU work (``"after"``: an
+    optional list per request, default all 0), scaled by the task's cold factor.
     ``cold``: ``(gaps_ns, factors)``: a task's time is multiplied by the factor interpolated at
     how long its core was idle (default none).
     """
@@ -53,6 +55,7 @@ def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=Non
     active = 0
     left = {}  # request -> branches (reads, bottom) still running
     step = {}  # request -> index of the batch in flight
+    started = {}  # request -> (when its embedding task started, its cold factor)
 
     def at(t, what):
         heapq.heappush(events, (t, next(seq), what))
@@ -81,6 +84,12 @@ def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=Non
             else:
                 branch_done(n)
             return
+        if overlap:
+            start, factor = started[n]
+            due = start + factor * profile(n).get("after", [0] * len(batches))[step[n]]
+            if due > now:
+                at(due, ("due", n))
+                return
         qd, parts = batches[step[n]]
         done = 0.0
         for d, reads in parts:
@@ -115,6 +124,8 @@ def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=Non
             n = rest[0]
             step[n] = 0
             issue(n, now)
+        elif kind == "due":
+            issue(rest[0], now)
         else:  # a CPU task ended
             n, stage, core = rest
             if core is not None:
@@ -139,15 +150,16 @@ def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=Non
                 ready.remove((n, stage))
                 at(now, ("cpu", n, stage, None))
                 if stage == "emb" and overlap:
+                    started[n] = (now, 1.0)
                     at(now, ("reads start", n))
         while ready and idle:
             n, stage = ready.popleft()
             core = idle.pop()
-            cost = profile(n)[stage]
-            if cold is not None:
-                cost *= float(np.interp(now - free_at[core], *cold))
+            factor = 1.0 if cold is None else float(np.interp(now - free_at[core], *cold))
+            cost = profile(n)[stage] * factor
             extra = 0.0 if stall is None else stall[n][stages[stage]]
             at(now + (cost + extra), ("cpu", n, stage, core))
             if stage == "emb" and overlap:
+                started[n] = (now, factor)
                 at(now, ("reads start", n))
     return latency

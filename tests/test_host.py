@@ -113,6 +113,30 @@ def test_this_machine_measures_its_cold_cores(nand):
     assert [c["idle_us"] for c in nand.summary()["cold_core"]] == pytest.approx(gaps / 1e3)
 
 
+def test_each_batch_issues_where_the_live_store_reached_it(nand):
+    # SMALL misses: each request has SCM and DRAM batches, every one inside its request's CPU time
+    after, ptr = nand.batch_after_ns, nand.batch_ptr
+    assert after is not None and after.shape == nand.batch_qd.shape
+    owner = np.repeat(np.arange(nand.requests), np.diff(ptr))
+    assert (after >= 0).all() and (after <= nand.cpu_emb_ns[owner] + 1e-9).all()
+    has = np.diff(ptr) > 0
+    assert (after[ptr[1:][has] - 1] > 0).all()  # the last reads wait for some of the work before them
+    issue = nand.summary()["reads_issue_after_us"]  # a cache charges its DRAM reads from before its probe
+    assert all(0 <= issue[k] <= nand.cpu_emb_ns.max() / 1e3 for k in ("first", "last"))
+
+
+def test_batches_take_the_store_charges_of_their_group_in_order():
+    from sdm.host.profile import _batch_after
+
+    # one request: SCM, DRAM, SCM, DRAM batches; the store charged one SCM read (a fused
+    # batch) at 10% of the request and DRAM reads at 50% and 70%
+    issues = [[("mmap", 0.1), ("cache", 0.5), ("cache", 0.7)]]
+    got = _batch_after(np.array([0, 4]), np.array([True, False, True, False]), issues, np.array([1000.0]), "mmap")
+    np.testing.assert_allclose(got, [100.0, 500.0, 100.0, 700.0])
+    none = _batch_after(np.array([0, 1]), np.array([False]), [[]], np.array([1000.0]), None)
+    np.testing.assert_allclose(none, [0.0])
+
+
 def test_predict_gives_the_contract_keys(nand):
     r = predict(None, profile=nand, arrivals=5_000)
     data = json.loads(json.dumps(r.to_json()))

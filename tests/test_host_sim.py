@@ -17,8 +17,9 @@ from sdm.host.spec import HostSpec
 from sdm.kernels.hostsim import simulate_host
 
 
-def _profile(cpu_emb, *, bottom=None, top=None, batches=None, devices=(), cores=1) -> RequestProfile:
-    """A profile of ``len(cpu_emb)`` requests; ``batches[r]`` a list of (qd, [(device, reads)])."""
+def _profile(cpu_emb, *, bottom=None, top=None, batches=None, devices=(), cores=1, after=None) -> RequestProfile:
+    """A profile of ``len(cpu_emb)`` requests; ``batches[r]`` a list of (qd, [(device, reads)]),
+    ``after[r]`` the CPU ns into the embedding task each of them waits for (default 0)."""
     R = len(cpu_emb)
     batches = batches or [[] for _ in range(R)]
     bptr, qd, sptr, sdev, sreads = [0], [], [0], [], []
@@ -40,7 +41,8 @@ def _profile(cpu_emb, *, bottom=None, top=None, batches=None, devices=(), cores=
         cpu_top_ns=zeros if top is None else np.asarray(top, float), batch_ptr=i64(bptr), batch_qd=i64(qd),
         sub_ptr=i64(sptr), sub_dev=i64(sdev), sub_reads=i64(sreads),
         devices=[Device(f"d{i}", "mmap", lat, sp) for i, (lat, sp) in enumerate(devices)],
-        settles_after=0, live_hits=None)
+        settles_after=0, live_hits=None,
+        batch_after_ns=np.zeros(len(qd)) if after is None else np.asarray(sum(after, []), dtype=np.float64))
 
 
 def _kernel_latency(p: RequestProfile, arrivals, cores, workers=0, stall=None, wake=None, overlap=False,
@@ -53,7 +55,7 @@ def _kernel_latency(p: RequestProfile, arrivals, cores, workers=0, stall=None, w
     sp = np.array([d.spacing_ns for d in p.devices], dtype=np.float64)
     simulate_host(np.asarray(arrivals, dtype=np.float64), np.int64(p.requests), p.cpu_emb_ns, p.cpu_bottom_ns,
                   p.cpu_top_ns, p.batch_ptr, p.batch_qd, p.sub_ptr, p.sub_dev, p.sub_reads, lat, sp,
-                  np.int64(cores), np.int64(workers), stall, wake, overlap, gaps, factors, out,
+                  np.int64(cores), np.int64(workers), stall, wake, overlap, p.batch_after_ns, gaps, factors, out,
                   np.zeros(len(p.devices), np.int64),
                   np.zeros(len(p.devices) + 1))
     return out
@@ -73,8 +75,13 @@ _request = st.fixed_dictionaries({
 def test_the_kernel_matches_the_reference_simulator(requests, gaps, devices, cores, workers, noise):
     # integer ns everywhere, so both sum exactly and ties break the same way
     arrivals = np.cumsum(gaps).astype(np.float64)
+    # with overlap (below), each batch waits for the embedding task's CPU work to reach it
+    for r in requests:
+        r["after"] = sorted(noise.draw(st.lists(st.integers(0, 600), min_size=len(r["batches"]),
+                                                max_size=len(r["batches"]))))
     p = _profile([r["emb"] for r in requests], bottom=[r["bottom"] for r in requests],
-                 top=[r["top"] for r in requests], batches=[r["batches"] for r in requests], devices=devices)
+                 top=[r["top"] for r in requests], batches=[r["batches"] for r in requests], devices=devices,
+                 after=[r["after"] for r in requests])
     n = len(arrivals)
     # the platform's stalls and wake-ups (sdm.host.platform): none, or some for every arrival
     stall, wake = noise.draw(st.one_of(st.none(), st.tuples(
@@ -179,6 +186,23 @@ def test_overlapped_reads_make_a_request_as_long_as_its_longer_branch():
     long = _profile([5000.0], batches=[[(1, [(0, 1)])]], devices=[(1000.0, 1000.0)])
     assert _kernel_latency(long, [0.0], 1, overlap=True)[0] == pytest.approx(5000.0)
 
+
+
+def test_an_overlapped_batch_waits_for_the_cpu_work_to_reach_it():
+    # 1000 ns of pooling; two 100 ns reads, the second reached 950 ns into the pooling: it
+    # issues then, not at 100 ns when the first completes, so the request ends at 1050 ns.
+    # On a core that runs the task 2x slower (idle 10 us before), the pooling ends at 2000
+    # and the second read issues at 1900: the request ends at 2000.
+    p = _profile([1000.0], batches=[[(1, [(0, 1)]), (1, [(0, 1)])]], devices=[(100.0, 100.0)],
+                 after=[[0.0, 950.0]])
+    assert _kernel_latency(p, [0.0], 1, overlap=True)[0] == pytest.approx(1050.0)
+    cold = ([0.0, 10_000.0], [2.0, 2.0])
+    assert _kernel_latency(p, [0.0], 1, overlap=True, cold=cold)[0] == pytest.approx(2000.0)
+    late = _profile([1000.0], batches=[[(1, [(0, 1)]), (1, [(0, 1)])]], devices=[(100.0, 100.0)],
+                    after=[[0.0, 990.0]])
+    assert _kernel_latency(late, [0.0], 1, overlap=True, cold=cold)[0] == pytest.approx(2080.0)
+    # without overlap the reads follow the pooling, and the points do not apply
+    assert _kernel_latency(p, [0.0], 1)[0] == pytest.approx(1200.0)
 
 def test_a_core_idle_longer_runs_the_next_task_slower():
     # factor 1 after no idle time, 2 after 10 us or more, interpolated between: the first

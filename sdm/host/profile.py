@@ -48,6 +48,7 @@ from sdm.replay.requests import KeyStream, check_request_size, iter_requests, ke
 from sdm.replay.sweep import _ROW_MASK, segment_blocks
 from sdm.store.config import HierarchyConfig, resolve_config, with_io_mode, with_options
 from sdm.store.store import Store
+from sdm.tiers.clock import recorded_issues
 from sdm.tiers.metered import DeviceQueue
 from sdm.tiers.rowfile import HEADER_BYTES
 from sdm.trace.format import Trace, load
@@ -67,6 +68,7 @@ _MAX_PASSES = 64
 _COLD_GAPS_MS = (0.3, 1.0, 3.0, 10.0, 30.0)
 _COLD_REQUESTS = 16
 _COLD_ROUNDS = 2
+_ISSUE_PASSES = 3  # passes that record where each request's reads issue (_issue_points)
 
 
 class UnsupportedHierarchy(ConfigError):
@@ -102,7 +104,9 @@ class RequestProfile:
     which the batch's parts on any number of devices follow. ``cold_gap_ns`` /
     ``cold_factor`` ``(G,)`` float64: a CPU task's time on a core idle ``cold_gap_ns[g]``
     before it is ``cold_factor[g]`` times its profiled time (interpolated; empty: 1,
-    measured on ``this-machine`` only). ``settles_after``: requests (of both passes)
+    measured on ``this-machine`` only). ``batch_after_ns`` ``(nb,)`` float64 (None: all 0):
+    the embedding task's CPU time into which each batch's reads issue at the earliest, as
+    the live store reaches them (:func:`_issue_points`). ``settles_after``: requests (of both passes)
     the hit rate took to settle, None if it did not; ``live_hits``: the live store's cache hits
     over the profiled pass (None without a cache), equal to ``hits.sum()`` when the control
     plane and the store agree.
@@ -136,6 +140,7 @@ class RequestProfile:
     scm_block_ids: np.ndarray | None = None
     cold_gap_ns: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     cold_factor: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    batch_after_ns: np.ndarray | None = None
 
     @property
     def requests(self) -> int:
@@ -156,6 +161,15 @@ class RequestProfile:
     def cpu_ns_per_request(self) -> float:
         return float((self.cpu_emb_ns + self.cpu_bottom_ns + self.cpu_top_ns).mean())
 
+    def _issue_summary(self) -> dict:
+        """Per request, the CPU time into its embedding task of its first and last batch's
+        issue, averaged over requests with batches (µs)."""
+        after, ptr = self.batch_after_ns, self.batch_ptr
+        has = np.flatnonzero(np.diff(ptr) > 0)
+        if after is None or not has.size:
+            return {"first": 0.0, "last": 0.0}
+        return {"first": float(after[ptr[has]].mean()) / 1e3, "last": float(after[ptr[has + 1] - 1].mean()) / 1e3}
+
     def summary(self) -> dict:
         reads = self.reads_per_request()
         return {"requests": self.requests, "samples_per_request": float(self.samples.mean()),
@@ -168,6 +182,7 @@ class RequestProfile:
                                        "interaction_top_mlp": float(self.cpu_top_ns.mean()) / 1e3},
                 "mlp_us_per_sample": {"bottom": self.bottom_ns_per_sample / 1e3,
                                       "interaction_top": self.top_ns_per_sample / 1e3},
+                "reads_issue_after_us": self._issue_summary(),
                 "cold_core": [{"idle_us": float(g) / 1e3, "cpu_factor": float(f)}
                               for g, f in zip(self.cold_gap_ns, self.cold_factor)],
                 "devices": [{"name": d.name, "group": d.group, "latency_us": d.latency_ns / 1e3,
@@ -264,7 +279,8 @@ def segment_block_ids(stream: KeyStream, mask, row_bytes: int, block_bytes: int)
 
 
 def _batches(stream: KeyStream, mask, config: HierarchyConfig, host: HostSpec, row_bytes: int):
-    """The batch arrays of :class:`RequestProfile` and the devices they index."""
+    """The batch arrays of :class:`RequestProfile` and the devices they index, then ``(nb,)``
+    bool: which batches read the SCM tier."""
     cache, scm, dram_tier = _shape(config)
     devices = [device_of(_dram_device(dram_tier, host), "dram")]
     nseg = stream.segments.shape[0] - 1
@@ -295,7 +311,7 @@ def _batches(stream: KeyStream, mask, config: HierarchyConfig, host: HostSpec, r
     has_dram = (dram_reads > 0) & (config.io_mode != "direct")
     per_seg = has_scm.astype(np.int64) + has_dram
     seg_ptr = np.concatenate(([0], np.cumsum(per_seg)))
-    batch_qd, parts_dev, parts_reads, parts_len, batch_ids = [], [], [], [], []
+    batch_qd, parts_dev, parts_reads, parts_len, batch_ids, batch_scm = [], [], [], [], [], []
     empty = np.zeros(0, dtype=np.int64)
     for s in range(nseg):  # a Python loop over segments: profiles are built once
         if has_scm[s]:
@@ -305,12 +321,14 @@ def _batches(stream: KeyStream, mask, config: HierarchyConfig, host: HostSpec, r
             parts_reads.append(blocks[s, used])
             parts_len.append(used.shape[0])
             batch_ids.append(ids[id_ptr[s]:id_ptr[s + 1]])
+            batch_scm.append(True)
         if has_dram[s]:
             batch_qd.append(dram_tier.queue_depth)
             parts_dev.append(np.zeros(1, dtype=np.int64))
             parts_reads.append(dram_reads[s:s + 1])
             parts_len.append(1)
             batch_ids.append(empty)
+            batch_scm.append(False)
     tables = stream.num_tables
     batch_ptr = seg_ptr[::tables].astype(np.int64)
     sub_ptr = np.concatenate(([0], np.cumsum(parts_len))).astype(np.int64)
@@ -324,7 +342,7 @@ def _batches(stream: KeyStream, mask, config: HierarchyConfig, host: HostSpec, r
         block_ptr = np.concatenate(([0], np.cumsum([b.shape[0] for b in batch_ids]))).astype(np.int64)
         block_ids = cat(batch_ids)
     return (batch_ptr, np.asarray(batch_qd, dtype=np.int64), sub_ptr, cat(parts_dev), cat(parts_reads),
-            devices, block_ptr, block_ids)
+            devices, block_ptr, block_ids, np.asarray(batch_scm, dtype=np.bool_))
 
 
 @contextmanager
@@ -383,12 +401,60 @@ def _measure_cold(st, bags, emb_ns) -> tuple:
     return np.asarray(gap_ns)[order], np.asarray(factor)[order]
 
 
+def _issue_points(st, bags) -> list:
+    """Per request of ``bags``, ``[(tier kind, share), ...]`` in the order its reads were
+    charged: how far into its ``embedding_bags`` call each batch's reads issue, as a share of
+    the call's wall time (served back to back in ``modeled`` mode, where wall time is CPU
+    time); the median share over :data:`_ISSUE_PASSES` passes.
+
+    A live store reaches a table's reads only after the work before them (validation, the
+    tables before it, a cache's probe), so a paced request's reads cannot all start with its
+    CPU work: on the AMD EPYC VM the bundled trace's ``dram`` requests issued their last
+    reads 1.42 ms after they started, hot, against a 1.29 ms chain of reads alone, and
+    1.62 ms when their CPU work ran 1.6x slower on a cold core."""
+    passes = []
+    for _ in range(_ISSUE_PASSES):
+        shares = []
+        for b in bags:
+            with recorded_issues() as log:
+                t0 = time.perf_counter_ns()
+                st.embedding_bags(b)
+                span = max(time.perf_counter_ns() - t0, 1)
+            shares.append([(kind, min(max((at - t0) / span, 0.0), 1.0)) for kind, at in log])
+        passes.append(shares)
+    out = []
+    for i, first in enumerate(passes[0]):
+        runs = [p[i] for p in passes if [k for k, _ in p[i]] == [k for k, _ in first]]
+        median = np.median(np.array([[f for _, f in run] for run in runs]), axis=0) if first else ()
+        out.append([(kind, float(f)) for (kind, _), f in zip(first, median)])
+    return out
+
+
+def _batch_after(batch_ptr, batch_scm, issues, emb_ns, scm_kind) -> np.ndarray:
+    """``(nb,)`` float64 ns: the embedding task's CPU time each profiled batch issues after,
+    from :func:`_issue_points`' shares of each request's ``emb_ns``. The ``k``-th SCM (or
+    DRAM) batch of a request takes the ``k``-th SCM (or DRAM) charge's point, or its group's
+    last when the store charged fewer (a cache reads a fused request's misses at once)."""
+    after = np.zeros(batch_scm.shape[0])
+    for r, marks in enumerate(issues):  # a Python loop over requests: profiles are built once
+        by_group = {True: [f for k, f in marks if k == scm_kind], False: [f for k, f in marks if k != scm_kind]}
+        seen = {True: 0, False: 0}
+        for b in range(batch_ptr[r], batch_ptr[r + 1]):
+            group = bool(batch_scm[b])
+            shares = by_group[group]
+            if shares:
+                after[b] = emb_ns[r] * shares[min(seen[group], len(shares) - 1)]
+            seen[group] += 1
+    return after
+
+
 def _measure_cpu(tr, store_path, config, request_size, model, seed, fit_model=False, cold=False):
     """``(emb_ns (R,), live hits or None, bottom ns/sample, top ns/sample, (cold idle ns,
-    cold factor))`` over a live store
+    cold factor), issue points)`` over a live store
     (modeled IO): after a warm pass, each request's ``embedding_bags`` timed in thread CPU
     time in passes over the trace for at least :data:`_TIMED_S` (:func:`_timed_passes`),
-    keeping its median (hits counted in the first pass); with ``cold``, then how much a core
+    keeping its median (hits counted in the first pass); where its reads issue
+    (:func:`_issue_points`); with ``cold``, then how much a core
     idle before a request slows it (:func:`_measure_cold`; else two empty arrays); with a
     model, its MLPs timed the same way over the first requests' forward passes.
 
@@ -426,6 +492,7 @@ def _measure_cpu(tr, store_path, config, request_size, model, seed, fit_model=Fa
 
         emb = np.median(np.stack(_timed_passes(emb_pass)), axis=0)
         live = first[1]["hits"] - first[0]["hits"] if first[1].get("kind") == "cache" else None
+        issues = _issue_points(st, bags)
         slowed = _measure_cold(st, bags, emb) if cold else (np.zeros(0), np.zeros(0))
         bottom = top = 0.0
         if model is not None:
@@ -453,7 +520,7 @@ def _measure_cpu(tr, store_path, config, request_size, model, seed, fit_model=Fa
                 finally:
                     net.close()
             bottom, top = float(bottom) * 1e9 / max(samples, 1), float(top) * 1e9 / max(samples, 1)
-    return emb, live, bottom, top, slowed
+    return emb, live, bottom, top, slowed, issues
 
 
 def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str | None = None,
@@ -515,13 +582,15 @@ def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str |
         with tempfile.TemporaryDirectory(prefix="sdm-host-", dir=workdir) as tmp:
             path = store if store is not None else build_store(os.path.join(tmp, "store"), tr.table_sizes,
                                                                dim=dim, fmt=fmt, seed=seed, progress=False)
-            emb, live, bottom, top, cold = _measure_cpu(tr, path, config, request_size, model, seed, fit_model,
+            emb, live, bottom, top, cold, issues = _measure_cpu(tr, path, config, request_size, model, seed, fit_model,
                                                         cold=host.name == THIS_MACHINE)
     finally:
         if tr is not trace:
             tr.close()
     speed = host.core_speed
     samples = stream.samples.astype(np.int64)
+    _, scm, _ = _shape(config)
+    after = _batch_after(batches[0], batches[8], issues, emb, scm.kind if scm is not None else None)
     return RequestProfile(
         trace=str(getattr(tr, "path", trace)), config=config.name, host=host, io_mode=config.io_mode,
         model=model, row_bytes=rb, cache_bytes=cache_bytes, samples=samples,
@@ -530,4 +599,5 @@ def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str |
         batch_ptr=batches[0], batch_qd=batches[1], sub_ptr=batches[2], sub_dev=batches[3],
         sub_reads=batches[4], devices=batches[5], settles_after=settles, live_hits=live,
         bottom_ns_per_sample=bottom / speed, top_ns_per_sample=top / speed,
-        scm_block_ptr=batches[6], scm_block_ids=batches[7], cold_gap_ns=cold[0], cold_factor=cold[1])
+        scm_block_ptr=batches[6], scm_block_ids=batches[7], cold_gap_ns=cold[0], cold_factor=cold[1],
+        batch_after_ns=after / speed)

@@ -12,8 +12,11 @@ A request ``n`` arrives at ``arrivals[n]`` and is an instance of profiled reques
   (:func:`sdm.kernels.devqueue.reserve`, the live store's device model); the next batch is
   issued when the last read of this one completes. The first is issued when the embedding
   task ends, or, with ``overlap``, when it starts on a core: a ``paced`` store charges a
-  request's reads from where its pooling starts and waits for them once, at the request's
-  end, so its CPU work runs while the devices serve (:func:`sdm.tiers.clock.paced_request`);
+  request's reads as its CPU work reaches them and waits for them once, at the request's
+  end, so its CPU work runs while the devices serve (:func:`sdm.tiers.clock.paced_request`).
+  So with ``overlap`` batch ``b`` also issues no earlier than ``batch_after_ns[b]`` of CPU
+  time into the embedding task (scaled as the task is by its core's cold factor): the store
+  reaches a table's reads only after the tables before it;
 * when the embedding task and its reads and the bottom MLP are done, its top task
   (``cpu_top[r]``: interaction and top MLP) is queued; the request completes when that ends.
 
@@ -47,6 +50,7 @@ _READS_DONE = 3
 _WOKEN = 4  # a request that found a free worker starts serving
 _READS_WOKEN = 5  # a request's thread is back from its last device wait
 _READS_START = 6  # with overlap: a request's embedding task started, and so its reads
+_BATCH_DUE = 7  # with overlap: the embedding task's CPU work reached a batch that waited for it
 
 
 @jit
@@ -99,7 +103,7 @@ def _pop(h_time, h_seq, h_kind, h_arg, size):
 @jit
 def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_ptr, batch_qd, sub_ptr,
                   sub_dev, sub_reads, dev_latency, dev_spacing, cores, workers, stall_ns, wake_ns,
-                  overlap, cold_gap_ns, cold_factor, latency_out, dev_reads_out, dev_busy_out):
+                  overlap, batch_after_ns, cold_gap_ns, cold_factor, latency_out, dev_reads_out, dev_busy_out):
     """Run the host of this module's docstring over ``N`` arrivals.
 
     Args:
@@ -121,6 +125,8 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
             free) and after its last device read.
         overlap: bool: a request's reads start when its embedding task starts (a ``paced``
             store), not when it ends.
+        batch_after_ns: ``(nb,)`` float64 ns, with ``overlap``: the embedding task's CPU time
+            (before its core's cold factor) that batch ``b`` issues after at the earliest.
         cold_gap_ns, cold_factor: ``(G,)`` float64, gaps ascending: a task on a core idle
             ``g`` ns takes ``np.interp(g, cold_gap_ns, cold_factor)`` times its time; ``G = 0``:
             no slowdown.
@@ -151,6 +157,8 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
     dev_units = dev_latency / dev_spacing
     pending = np.zeros(n_req, dtype=np.int64)  # branches (reads, embeddings, bottom MLP) still running
     emb_done = np.zeros(n_req, dtype=np.bool_)
+    emb_start = np.zeros(n_req)  # with overlap: when the embedding task started, and its cold factor
+    emb_scale = np.ones(n_req)
     idle_cores = np.arange(cores)  # a stack: [:idle] are idle, the last freed on top
     core_free_ns = np.zeros(cores)  # when each core last became idle
     next_batch = np.zeros(n_req, dtype=np.int64)
@@ -201,6 +209,8 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
         elif kind == _READS_START:
             issue = arg
             next_batch[arg] = 0
+        elif kind == _BATCH_DUE:
+            issue = arg
         else:
             if kind == _CPU_DONE:
                 core = arg % cores
@@ -240,7 +250,11 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
             n = issue
             r = n % num_profiles
             b = batch_ptr[r] + next_batch[n]
-            if b < batch_ptr[r + 1]:
+            due = emb_start[n] + emb_scale[n] * batch_after_ns[b] if overlap and b < batch_ptr[r + 1] else now
+            if due > now:  # the CPU work has not reached this batch yet
+                size = _push(h_time, h_seq, h_kind, h_arg, size, seq, due, _BATCH_DUE, n)
+                seq += 1
+            elif b < batch_ptr[r + 1]:
                 done = 0.0
                 for k in range(sub_ptr[b], sub_ptr[b + 1]):
                     d = sub_dev[k]
@@ -278,6 +292,7 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
                 size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now, _FREE_DONE, task)
                 seq += 1
                 if stage == 0 and overlap:
+                    emb_start[n] = now
                     size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now, _READS_START, n)
                     seq += 1
             else:
@@ -292,13 +307,15 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
             cost = cpu_emb[r] if stage == 0 else (cpu_bottom[r] if stage == 1 else cpu_top[r])
             idle -= 1
             core = idle_cores[idle]
-            if cold_gap_ns.shape[0] > 0:
-                cost *= np.interp(now - core_free_ns[core], cold_gap_ns, cold_factor)
+            scale = np.interp(now - core_free_ns[core], cold_gap_ns, cold_factor) if cold_gap_ns.shape[0] > 0 else 1.0
+            cost *= scale
             cost += stall_ns[n, stage]
             dev_busy_out[n_dev] += cost
             size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now + cost, _CPU_DONE, task * cores + core)
             seq += 1
             if stage == 0 and overlap:
+                emb_start[n] = now
+                emb_scale[n] = scale
                 size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now, _READS_START, n)
                 seq += 1
     return last_done

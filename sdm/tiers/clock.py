@@ -18,7 +18,7 @@ from sdm.errors import InvalidArgumentError
 from sdm.validate import check_int
 
 __all__ = ["SimClock", "Timeline", "on_timeline", "current_timeline", "wait_until_ns", "spin_below_ns",
-           "PacedRequest", "paced_request", "current_paced_request"]
+           "PacedRequest", "paced_request", "current_paced_request", "recorded_issues", "current_issue_log"]
 
 # time.sleep overshoots a deadline by the thread's timer slack (50 us by default on Linux)
 # plus the wake-up: measured on this project's VMs, 63-75 us median, 100-220 us p99. So
@@ -197,3 +197,21 @@ def paced_request():
 def current_paced_request() -> PacedRequest | None:
     """The request this thread's paced reads defer their waits to, or None (wait at once)."""
     return getattr(_local, "paced", None)
+
+
+@contextmanager
+def recorded_issues():
+    """Record where this thread's device reads issue inside the block, for profiling
+    (:mod:`sdm.host.profile`): yields a list to which every charge appends ``(tier kind,
+    wall ns)``, the ``perf_counter_ns`` its reads issue from (where the request's work
+    reached them, before any wait)."""
+    log = _local.issues = []
+    try:
+        yield log
+    finally:
+        _local.issues = None
+
+
+def current_issue_log() -> list | None:
+    """The list :func:`recorded_issues` is filling on this thread, or None."""
+    return getattr(_local, "issues", None)

@@ -22,7 +22,7 @@ from sdm.devices import DeviceSpec, blocks_of, get_device
 from sdm.errors import ConfigError
 from sdm.tiers.base import CacheTier, Tier
 from sdm.kernels.devqueue import grow_device_state, lone_spans, make_device_state, reserve
-from sdm.tiers.clock import SimClock, current_paced_request, current_timeline, wait_until_ns
+from sdm.tiers.clock import SimClock, current_issue_log, current_paced_request, current_timeline, wait_until_ns
 from sdm.tiers.manifest import TableLayout
 
 __all__ = ["Metered", "MeteredCache", "metered", "DeviceQueue", "IO_MODES", "MAX_QUEUE_DEPTH"]
@@ -181,6 +181,9 @@ class Metered(Tier):
         behind other requests' reads included."""
         timeline = current_timeline()
         paced = current_paced_request() if self.io_mode == "paced" else None
+        log = current_issue_log()
+        if log is not None:
+            log.append((self.kind, wall_start))
         # keep: no later batch on this device issues before it. Timelines are served in
         # arrival order (a request's tables one after another, so the next request's first
         # batch can issue before this one's last); paced threads start their reads within
