@@ -37,8 +37,9 @@ def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=Non
     added to arrival ``n``'s CPU task ``stage`` (0 emb, 1 bottom, 2 top); ``wake[n]``: its
     wake-up when it starts on a free worker and after its last device read (default none).
     ``overlap``: a request's reads start when its embedding task starts, not when it ends,
-    and its batch ``i`` not before ``after[i]`` ns of that task's CPU work (``"after"``: an
-    optional list per request, default all 0), scaled by the task's cold factor.
+    and its batch ``i`` not before ``after[i] + (f - 1) x cold[i]`` ns into that task
+    (``"after"``, ``"cold"``: optional lists per request, default all 0; ``f`` the task's
+    cold factor).
     ``cold``: ``(gaps_ns, factors)``: a task's time is multiplied by the factor interpolated at
     how long its core was idle (default none).
     """
@@ -86,7 +87,9 @@ def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=Non
             return
         if overlap:
             start, factor = started[n]
-            due = start + factor * profile(n).get("after", [0] * len(batches))[step[n]]
+            none = [0] * len(batches)
+            due = (start + profile(n).get("after", none)[step[n]]
+                   + (factor - 1.0) * profile(n).get("cold", none)[step[n]])
             if due > now:
                 at(due, ("due", n))
                 return

@@ -17,9 +17,11 @@ from sdm.host.spec import HostSpec
 from sdm.kernels.hostsim import simulate_host
 
 
-def _profile(cpu_emb, *, bottom=None, top=None, batches=None, devices=(), cores=1, after=None) -> RequestProfile:
+def _profile(cpu_emb, *, bottom=None, top=None, batches=None, devices=(), cores=1, after=None,
+             cold=None) -> RequestProfile:
     """A profile of ``len(cpu_emb)`` requests; ``batches[r]`` a list of (qd, [(device, reads)]),
-    ``after[r]`` the CPU ns into the embedding task each of them waits for (default 0)."""
+    ``after[r]`` the CPU ns into the embedding task each of them waits for (default 0) and
+    ``cold[r]`` the part of it a cold core stretches (default ``after``)."""
     R = len(cpu_emb)
     batches = batches or [[] for _ in range(R)]
     bptr, qd, sptr, sdev, sreads = [0], [], [0], [], []
@@ -42,7 +44,8 @@ def _profile(cpu_emb, *, bottom=None, top=None, batches=None, devices=(), cores=
         sub_ptr=i64(sptr), sub_dev=i64(sdev), sub_reads=i64(sreads),
         devices=[Device(f"d{i}", "mmap", lat, sp) for i, (lat, sp) in enumerate(devices)],
         settles_after=0, live_hits=None,
-        batch_after_ns=np.zeros(len(qd)) if after is None else np.asarray(sum(after, []), dtype=np.float64))
+        batch_after_ns=np.zeros(len(qd)) if after is None else np.asarray(sum(after, []), dtype=np.float64),
+        batch_cold_ns=None if cold is None else np.asarray(sum(cold, []), dtype=np.float64))
 
 
 def _kernel_latency(p: RequestProfile, arrivals, cores, workers=0, stall=None, wake=None, overlap=False,
@@ -55,7 +58,8 @@ def _kernel_latency(p: RequestProfile, arrivals, cores, workers=0, stall=None, w
     sp = np.array([d.spacing_ns for d in p.devices], dtype=np.float64)
     simulate_host(np.asarray(arrivals, dtype=np.float64), np.int64(p.requests), p.cpu_emb_ns, p.cpu_bottom_ns,
                   p.cpu_top_ns, p.batch_ptr, p.batch_qd, p.sub_ptr, p.sub_dev, p.sub_reads, lat, sp,
-                  np.int64(cores), np.int64(workers), stall, wake, overlap, p.batch_after_ns, gaps, factors, out,
+                  np.int64(cores), np.int64(workers), stall, wake, overlap, p.batch_after_ns,
+                  p.batch_after_ns if p.batch_cold_ns is None else p.batch_cold_ns, gaps, factors, out,
                   np.zeros(len(p.devices), np.int64),
                   np.zeros(len(p.devices) + 1))
     return out
@@ -79,9 +83,10 @@ def test_the_kernel_matches_the_reference_simulator(requests, gaps, devices, cor
     for r in requests:
         r["after"] = sorted(noise.draw(st.lists(st.integers(0, 600), min_size=len(r["batches"]),
                                                 max_size=len(r["batches"]))))
+        r["cold"] = noise.draw(st.lists(st.integers(0, 600), min_size=len(r["batches"]), max_size=len(r["batches"])))
     p = _profile([r["emb"] for r in requests], bottom=[r["bottom"] for r in requests],
                  top=[r["top"] for r in requests], batches=[r["batches"] for r in requests], devices=devices,
-                 after=[r["after"] for r in requests])
+                 after=[r["after"] for r in requests], cold=[r["cold"] for r in requests])
     n = len(arrivals)
     # the platform's stalls and wake-ups (sdm.host.platform): none, or some for every arrival
     stall, wake = noise.draw(st.one_of(st.none(), st.tuples(
@@ -201,6 +206,11 @@ def test_an_overlapped_batch_waits_for_the_cpu_work_to_reach_it():
     late = _profile([1000.0], batches=[[(1, [(0, 1)]), (1, [(0, 1)])]], devices=[(100.0, 100.0)],
                     after=[[0.0, 990.0]])
     assert _kernel_latency(late, [0.0], 1, overlap=True, cold=cold)[0] == pytest.approx(2080.0)
+    # a cold task's extra time falls mostly before the second read: 500 ns in warm, 900 of
+    # the 1000 extra ns before it on a 2x core, so it issues at 1400 and ends at 2400
+    front = _profile([1000.0], batches=[[(1, [(0, 1)]), (1, [(0, 1)])]], devices=[(1000.0, 1000.0)],
+                     after=[[0.0, 500.0]], cold=[[0.0, 900.0]])
+    assert _kernel_latency(front, [0.0], 1, overlap=True, cold=cold)[0] == pytest.approx(2400.0)
     # without overlap the reads follow the pooling, and the points do not apply
     assert _kernel_latency(p, [0.0], 1)[0] == pytest.approx(1200.0)
 

@@ -68,6 +68,7 @@ _MAX_PASSES = 64
 _COLD_GAPS_MS = (0.3, 1.0, 3.0, 10.0, 30.0)
 _COLD_REQUESTS = 16
 _COLD_ROUNDS = 2
+_COLD_EXTRA_MIN = 0.1  # a cold call at least this much slower than warm shows where its extra time fell
 _ISSUE_PASSES = 3  # passes that record where each request's reads issue (_issue_points)
 
 
@@ -106,7 +107,11 @@ class RequestProfile:
     before it is ``cold_factor[g]`` times its profiled time (interpolated; empty: 1,
     measured on ``this-machine`` only). ``batch_after_ns`` ``(nb,)`` float64 (None: all 0):
     the embedding task's CPU time into which each batch's reads issue at the earliest, as
-    the live store reaches them (:func:`_issue_points`). ``settles_after``: requests (of both passes)
+    the live store reaches them (:func:`_issue_points`); ``batch_cold_ns`` (None: as
+    ``batch_after_ns``): how much of that time a cold core stretches, from
+    ``cold_issue_share`` / ``cold_issue_extra`` ``(K,)`` float64: of a cold task's extra time,
+    the share spent before a point ``cold_issue_share`` of the way into its warm time
+    (measured with the cold factors; empty: evenly). ``settles_after``: requests (of both passes)
     the hit rate took to settle, None if it did not; ``live_hits``: the live store's cache hits
     over the profiled pass (None without a cache), equal to ``hits.sum()`` when the control
     plane and the store agree.
@@ -141,6 +146,9 @@ class RequestProfile:
     cold_gap_ns: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     cold_factor: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     batch_after_ns: np.ndarray | None = None
+    batch_cold_ns: np.ndarray | None = None
+    cold_issue_share: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    cold_issue_extra: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
 
     @property
     def requests(self) -> int:
@@ -183,6 +191,8 @@ class RequestProfile:
                 "mlp_us_per_sample": {"bottom": self.bottom_ns_per_sample / 1e3,
                                       "interaction_top": self.top_ns_per_sample / 1e3},
                 "reads_issue_after_us": self._issue_summary(),
+                "cold_extra_before": [{"warm_share": float(a), "extra_share": float(b)}
+                                      for a, b in zip(self.cold_issue_share, self.cold_issue_extra)],
                 "cold_core": [{"idle_us": float(g) / 1e3, "cpu_factor": float(f)}
                               for g, f in zip(self.cold_gap_ns, self.cold_factor)],
                 "devices": [{"name": d.name, "group": d.group, "latency_us": d.latency_ns / 1e3,
@@ -365,9 +375,10 @@ def _timed_passes(one_pass) -> list:
     return runs
 
 
-def _measure_cold(st, bags, emb_ns) -> tuple:
-    """``(idle_ns (G + 1,), factor (G + 1,))`` float64: how much longer a request's
-    ``embedding_bags`` takes in thread CPU time when this thread slept before it.
+def _measure_cold(st, bags, emb_ns, issues) -> tuple:
+    """``(idle_ns (G + 1,), factor (G + 1,), share (K,), extra (K,))`` float64: how much
+    longer a request's ``embedding_bags`` takes in thread CPU time when this thread slept
+    before it, and where that extra time falls.
 
     :data:`_COLD_REQUESTS` requests spread over the trace are each served after sleeping
     every gap of :data:`_COLD_GAPS_MS` in turn (:data:`_COLD_ROUNDS` rounds, the order of the
@@ -380,25 +391,65 @@ def _measure_cold(st, bags, emb_ns) -> tuple:
     took 692-815 us of CPU back to back, 874-975 after 1 ms idle, 1,152-1,242 after 3 ms and
     1,444-1,557 after 10 ms: an idle core drops its clock and a sleeping thread comes back to
     caches others used. Live load at a low rate serves every request after such a gap.
+
+    The extra time is not spread evenly: it falls early (the first code and data a request
+    touches are the coldest). Each cold call records where its reads issue
+    (:func:`sdm.tiers.clock.recorded_issues`) against the warm points ``issues``
+    (:func:`_issue_points`); ``extra[k]`` is the median share of a call's extra wall time
+    spent before a point ``share[k]`` of the way into its warm time, over calls at least
+    :data:`_COLD_EXTRA_MIN` slower than warm (ascending, from (0, 0) to (1, 1); empty when
+    none was). On the AMD EPYC VM, after 10 ms idle, 43% of the extra time came before the
+    first read (14% of the warm time) and 86% before the last (79%).
     """
     picks = np.unique(np.linspace(0, len(bags) - 1, min(_COLD_REQUESTS, len(bags))).astype(np.int64))
     ratios = {g: [] for g in _COLD_GAPS_MS}
     idle = {g: [] for g in _COLD_GAPS_MS}
+    points = []  # (warm share, share of the extra time before it)
     for rnd in range(_COLD_ROUNDS):
         gaps = _COLD_GAPS_MS if rnd % 2 == 0 else _COLD_GAPS_MS[::-1]
         for i in picks:
+            warm = max(float(emb_ns[i]), 1.0)
             for g in gaps:
                 end = time.perf_counter_ns()
                 time.sleep(g / 1e3)
-                start = time.perf_counter_ns()
-                t0 = time.thread_time_ns()
-                st.embedding_bags(bags[i])
-                ratios[g].append((time.thread_time_ns() - t0) / max(float(emb_ns[i]), 1.0))
+                with recorded_issues() as log:
+                    start = time.perf_counter_ns()
+                    t0 = time.thread_time_ns()
+                    st.embedding_bags(bags[i])
+                    cpu = time.thread_time_ns() - t0
+                    wall = time.perf_counter_ns() - start
+                ratios[g].append(cpu / warm)
                 idle[g].append(start - end)
+                extra = wall - warm
+                if extra >= _COLD_EXTRA_MIN * warm and [k for k, _ in log] == [k for k, _ in issues[i]]:
+                    points += [(share, (at - start - share * warm) / extra) for (_, share), (_, at) in zip(issues[i], log)]
     gap_ns = [0.0] + [float(np.median(idle[g])) for g in _COLD_GAPS_MS]
     factor = [1.0] + [float(np.median(ratios[g])) for g in _COLD_GAPS_MS]
     order = np.argsort(gap_ns, kind="stable")  # np.interp needs the gaps ascending
-    return np.asarray(gap_ns)[order], np.asarray(factor)[order]
+    share, extra = _extra_curve(points)
+    return np.asarray(gap_ns)[order], np.asarray(factor)[order], share, extra
+
+
+def _extra_curve(points, bins: int = 10) -> tuple:
+    """``(share (K,), extra (K,))``: the medians of ``points`` ``[(share, extra), ...]`` in
+    ``bins`` equal bins of share, between (0, 0) and (1, 1), extra clipped to [0, 1] and made
+    nondecreasing (time spent before a point is also before every later one); two empty
+    arrays when there are no points."""
+    if not points:
+        return np.zeros(0), np.zeros(0)
+    pts = np.asarray(points, dtype=np.float64)
+    which = np.minimum((pts[:, 0] * bins).astype(np.int64), bins - 1)
+    share, extra = [0.0], [0.0]
+    for b in range(bins):
+        inside = pts[which == b]
+        if inside.size:
+            share.append(float(np.median(inside[:, 0])))
+            extra.append(float(np.clip(np.median(inside[:, 1]), 0.0, 1.0)))
+    share.append(1.0)
+    extra.append(1.0)
+    share, extra = np.asarray(share), np.maximum.accumulate(np.asarray(extra))
+    keep = np.concatenate(([True], np.diff(share) > 0))  # np.interp needs the shares ascending
+    return share[keep], extra[keep]
 
 
 def _issue_points(st, bags) -> list:
@@ -450,12 +501,12 @@ def _batch_after(batch_ptr, batch_scm, issues, emb_ns, scm_kind) -> np.ndarray:
 
 def _measure_cpu(tr, store_path, config, request_size, model, seed, fit_model=False, cold=False):
     """``(emb_ns (R,), live hits or None, bottom ns/sample, top ns/sample, (cold idle ns,
-    cold factor), issue points)`` over a live store
+    cold factor, extra share, extra curve), issue points)`` over a live store
     (modeled IO): after a warm pass, each request's ``embedding_bags`` timed in thread CPU
     time in passes over the trace for at least :data:`_TIMED_S` (:func:`_timed_passes`),
     keeping its median (hits counted in the first pass); where its reads issue
     (:func:`_issue_points`); with ``cold``, then how much a core
-    idle before a request slows it (:func:`_measure_cold`; else two empty arrays); with a
+    idle before a request slows it (:func:`_measure_cold`; else four empty arrays); with a
     model, its MLPs timed the same way over the first requests' forward passes.
 
     The median of passes spread over seconds, not one pass or the least of a few: on this
@@ -493,7 +544,7 @@ def _measure_cpu(tr, store_path, config, request_size, model, seed, fit_model=Fa
         emb = np.median(np.stack(_timed_passes(emb_pass)), axis=0)
         live = first[1]["hits"] - first[0]["hits"] if first[1].get("kind") == "cache" else None
         issues = _issue_points(st, bags)
-        slowed = _measure_cold(st, bags, emb) if cold else (np.zeros(0), np.zeros(0))
+        slowed = _measure_cold(st, bags, emb, issues) if cold else (np.zeros(0),) * 4
         bottom = top = 0.0
         if model is not None:
             from sdm.host.blas import one_blas_thread
@@ -591,6 +642,13 @@ def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str |
     samples = stream.samples.astype(np.int64)
     _, scm, _ = _shape(config)
     after = _batch_after(batches[0], batches[8], issues, emb, scm.kind if scm is not None else None)
+    share, extra = cold[2], cold[3]
+    if share.size:  # of a cold task's extra time, the part before each batch
+        owner = np.repeat(np.arange(emb.shape[0]), np.diff(batches[0]))
+        warm = np.maximum(emb[owner], 1.0)
+        stretched = warm * np.interp(after / warm, share, extra)
+    else:
+        stretched = after
     return RequestProfile(
         trace=str(getattr(tr, "path", trace)), config=config.name, host=host, io_mode=config.io_mode,
         model=model, row_bytes=rb, cache_bytes=cache_bytes, samples=samples,
@@ -600,4 +658,5 @@ def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str |
         sub_reads=batches[4], devices=batches[5], settles_after=settles, live_hits=live,
         bottom_ns_per_sample=bottom / speed, top_ns_per_sample=top / speed,
         scm_block_ptr=batches[6], scm_block_ids=batches[7], cold_gap_ns=cold[0], cold_factor=cold[1],
-        batch_after_ns=after / speed)
+        batch_after_ns=after / speed, batch_cold_ns=stretched / speed, cold_issue_share=share,
+        cold_issue_extra=extra)

@@ -135,7 +135,8 @@ class HostSimulation:
         # A paced store's reads run while its request pools (sdm.kernels.hostsim's overlap),
         # each batch once the request's CPU work reaches it.
         after = p.batch_after_ns if p.batch_after_ns is not None else np.zeros(p.batch_qd.shape[0])
-        self._machine = (np.bool_(p.io_mode == "paced"), after, p.cold_gap_ns, p.cold_factor)
+        cold = p.batch_cold_ns if p.batch_cold_ns is not None else after
+        self._machine = (np.bool_(p.io_mode == "paced"), after, cold, p.cold_gap_ns, p.cold_factor)
         self.groups = _groups(profile)
         self.runs = 0  # simulations run so far
         self._load_kernel()

@@ -112,5 +112,6 @@ def vary_profile(profile: RequestProfile, scm_device, *, core_speed: float = 1.0
         profile, devices=devices, cpu_emb_ns=profile.cpu_emb_ns / speed,
         cpu_bottom_ns=profile.cpu_bottom_ns / speed, cpu_top_ns=profile.cpu_top_ns / speed,
         batch_after_ns=None if profile.batch_after_ns is None else profile.batch_after_ns / speed,
+        batch_cold_ns=None if profile.batch_cold_ns is None else profile.batch_cold_ns / speed,
         bottom_ns_per_sample=profile.bottom_ns_per_sample / speed,
         top_ns_per_sample=profile.top_ns_per_sample / speed)

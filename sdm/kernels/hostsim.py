@@ -15,7 +15,8 @@ A request ``n`` arrives at ``arrivals[n]`` and is an instance of profiled reques
   request's reads as its CPU work reaches them and waits for them once, at the request's
   end, so its CPU work runs while the devices serve (:func:`sdm.tiers.clock.paced_request`).
   So with ``overlap`` batch ``b`` also issues no earlier than ``batch_after_ns[b]`` of CPU
-  time into the embedding task (scaled as the task is by its core's cold factor): the store
+  time into the embedding task, plus ``(f - 1) x batch_cold_ns[b]`` on a core whose cold
+  factor is ``f`` (the part of a cold task's extra time spent before the batch): the store
   reaches a table's reads only after the tables before it;
 * when the embedding task and its reads and the bottom MLP are done, its top task
   (``cpu_top[r]``: interaction and top MLP) is queued; the request completes when that ends.
@@ -103,7 +104,8 @@ def _pop(h_time, h_seq, h_kind, h_arg, size):
 @jit
 def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_ptr, batch_qd, sub_ptr,
                   sub_dev, sub_reads, dev_latency, dev_spacing, cores, workers, stall_ns, wake_ns,
-                  overlap, batch_after_ns, cold_gap_ns, cold_factor, latency_out, dev_reads_out, dev_busy_out):
+                  overlap, batch_after_ns, batch_cold_ns, cold_gap_ns, cold_factor, latency_out, dev_reads_out,
+                  dev_busy_out):
     """Run the host of this module's docstring over ``N`` arrivals.
 
     Args:
@@ -126,7 +128,9 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
         overlap: bool: a request's reads start when its embedding task starts (a ``paced``
             store), not when it ends.
         batch_after_ns: ``(nb,)`` float64 ns, with ``overlap``: the embedding task's CPU time
-            (before its core's cold factor) that batch ``b`` issues after at the earliest.
+            on a warm core that batch ``b`` issues after at the earliest.
+        batch_cold_ns: ``(nb,)`` float64 ns, with ``overlap``: how much of the task's time
+            before batch ``b`` a cold core stretches (``batch_after_ns`` if evenly).
         cold_gap_ns, cold_factor: ``(G,)`` float64, gaps ascending: a task on a core idle
             ``g`` ns takes ``np.interp(g, cold_gap_ns, cold_factor)`` times its time; ``G = 0``:
             no slowdown.
@@ -250,7 +254,9 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
             n = issue
             r = n % num_profiles
             b = batch_ptr[r] + next_batch[n]
-            due = emb_start[n] + emb_scale[n] * batch_after_ns[b] if overlap and b < batch_ptr[r + 1] else now
+            due = now
+            if overlap and b < batch_ptr[r + 1]:
+                due = emb_start[n] + batch_after_ns[b] + (emb_scale[n] - 1.0) * batch_cold_ns[b]
             if due > now:  # the CPU work has not reached this batch yet
                 size = _push(h_time, h_seq, h_kind, h_arg, size, seq, due, _BATCH_DUE, n)
                 seq += 1
