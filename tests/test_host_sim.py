@@ -61,7 +61,7 @@ def _kernel_latency(p: RequestProfile, arrivals, cores, workers=0, stall=None, w
                   np.int64(cores), np.int64(workers), stall, wake, overlap, p.batch_after_ns,
                   p.batch_after_ns if p.batch_cold_ns is None else p.batch_cold_ns, gaps, factors, out,
                   np.zeros(len(p.devices), np.int64),
-                  np.zeros(len(p.devices) + 1))
+                  np.zeros(len(p.devices) + 2))
     return out
 
 
@@ -222,3 +222,17 @@ def test_a_core_idle_longer_runs_the_next_task_slower():
     cold = ([0.0, 10_000.0], [1.0, 2.0])
     got = _kernel_latency(p, [0.0, 5000.0, 50_000.0], 1, cold=cold)
     np.testing.assert_allclose(got, [1000.0, 1400.0, 2000.0])
+
+
+def test_a_pool_of_blocked_workers_is_the_bottleneck():
+    # 100 ns of CPU, then a 10 us read on a device with room for all: one worker holds each
+    # request 10.1 us, so at 50K requests/s it is 50.5% busy and the cores 0.5%; the SLA's
+    # rate is bound by the worker, which the bottleneck names
+    p = _profile([100.0], batches=[[(1, [(0, 1)])]], devices=[(10_000.0, 1.0)], cores=2)
+    sim = HostSimulation(p, arrivals=200_000, workers=1)
+    point = sim.point(50_000.0)
+    assert point.utilization["workers"] == pytest.approx(50_000 * 10_100e-9, rel=0.01)
+    assert point.utilization["cores"] == pytest.approx(50_000 * 100e-9 / 2, rel=0.01)
+    sla = sim.qps_at_sla(200.0)
+    assert sla.bottleneck == "workers" and sla.qps < 1e9 / 10_100
+    assert "workers" not in HostSimulation(p, arrivals=1000).point(50_000.0).utilization

@@ -32,7 +32,7 @@ def host_markdown(r) -> str:
         f"interaction + top MLP {_us(cpu['interaction_top_mlp'])}"
         + (f" (model `{p.model}`)" if p.model else ""),
         _platform_line(p.host.platform),
-        _cold_line(prof["cold_core"], p.io_mode),
+        _cold_line(prof["cold_core"], p.io_mode, prof["reads_issue_after_us"]),
         f"- {r.arrivals:,} simulated Poisson arrivals per rate"
         + ("" if r.workers is None else f", at most {r.workers} in service"), "",
         f"**QPS at SLA (p{s.percentile:g} <= {_us(s.sla_us)}): {s.qps:,.1f} requests/s**; bottleneck: "
@@ -51,9 +51,9 @@ def host_markdown(r) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _cold_line(cold, io_mode) -> str:
-    reads = ("reads start with the pooling (paced)" if io_mode == "paced"
-             else "reads start after the embedding task")
+def _cold_line(cold, io_mode, issue) -> str:
+    reads = (f"reads issue as the CPU work reaches them (paced: the first {_us(issue['first'])}, the last "
+             f"{_us(issue['last'])} into it, warm)" if io_mode == "paced" else "reads start after the embedding task")
     if not cold:
         return f"- cold cores: not modeled; {reads}"
     return ("- CPU after a core's idle gap: " + ", ".join(f"{c['cpu_factor']:.2f}x after {_us(c['idle_us'])}"

@@ -15,6 +15,7 @@ it; with a ``paced`` profile a request's reads start with its embedding task, as
 paced store issues them from where pooling starts and waits once at the request's end.
 
 Utilization is busy time over the span of the arrivals: core busy time (stalls included) over ``cores x span``;
+with a limited pool of workers, the time requests held one over ``workers x span``;
 a device's reads x spacing (the unit-ns its reads held, over its units: :mod:`sdm.kernels.devqueue`)
 over the span (1 = saturated).
 """
@@ -127,7 +128,7 @@ class HostSimulation:
         self.stall_ns, self.wake_ns = _platform_draws(profile, self.n, seed)
         self.latency_ns = np.empty(self.n)
         self.reads = np.zeros(len(profile.devices), dtype=np.int64)
-        self.busy = np.zeros(len(profile.devices) + 1)
+        self.busy = np.zeros(len(profile.devices) + 2)
         p = profile
         self._args = (np.int64(p.requests), p.cpu_emb_ns, p.cpu_bottom_ns, p.cpu_top_ns, p.batch_ptr,
                       p.batch_qd, p.sub_ptr, p.sub_dev, p.sub_reads,
@@ -167,7 +168,9 @@ class HostSimulation:
         self.run(rate)
         measured = self.measured()
         lat = [percentile_of(measured, q) for q in PERCENTILES.values()]  # sdm's one definition
-        util = {"cores": float(self.busy[-1]) / (self.cores * self.span_ns)}
+        util = {"cores": float(self.busy[-2]) / (self.cores * self.span_ns)}
+        if self.workers > 0:  # a pool of workers is a resource too (sdm load --workers)
+            util["workers"] = float(self.busy[-1]) / (self.workers * self.span_ns)
         per_device = {d.name: float(self.busy[i]) / self.span_ns for i, d in enumerate(self.profile.devices)}
         for name, idx in self.groups.items():
             util[name] = max(float(self.busy[i]) / self.span_ns for i in idx)
@@ -226,8 +229,8 @@ class HostSimulation:
         return SlaPoint(sla_us, percentile, lo, zero / 1e3, saturation, self.bottleneck(point), point)
 
     def bottleneck(self, point: SimPoint | None) -> str:
-        """The busiest resource at ``point``: ``cores``, ``dram bandwidth`` or ``<tier> tier``;
-        the latency floor when there is no point or no resource is :data:`BUSY` busy."""
+        """The busiest resource at ``point``: ``cores``, ``dram bandwidth``, ``<tier> tier`` or,
+        with a limited pool, ``workers`` (each blocked in its request's reads); the latency floor when there is no point or no resource is :data:`BUSY` busy."""
         if point is None or max(point.utilization.values()) < BUSY:
             return LATENCY_FLOOR
         return max(point.utilization, key=point.utilization.get)

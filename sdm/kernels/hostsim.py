@@ -136,9 +136,10 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
             no slowdown.
         latency_out: ``(N,)`` float64 out: completion minus arrival, ns.
         dev_reads_out: ``(D,)`` int64 out: reads each device served.
-        dev_busy_out: ``(D + 1,)`` float64 out: ``[:D]`` each device's busy time, reads x
+        dev_busy_out: ``(D + 2,)`` float64 out: ``[:D]`` each device's busy time, reads x
             spacing (ns: the unit-ns its reads held over its units), ``[D]`` the cores' (ns:
-            busy time, stalls and cold cores included).
+            busy time, stalls and cold cores included), ``[D + 1]`` the workers' (ns: a
+            request holds one from when it got it to its completion, blocked or not).
 
     Returns:
         When the last request completed (ns).
@@ -167,6 +168,7 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
     core_free_ns = np.zeros(cores)  # when each core last became idle
     next_batch = np.zeros(n_req, dtype=np.int64)
     waiting = np.empty(n_req, dtype=np.int64)  # arrivals waiting for a worker
+    held_from = np.zeros(n_req)  # when each request got its worker
     w_head = 0
     w_tail = 0
     active = 0
@@ -193,6 +195,7 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
                 seq += 1
             if workers <= 0 or active < workers:
                 active += 1
+                held_from[n] = now
                 if wake_ns[n, 0] > 0.0:
                     size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now + wake_ns[n, 0], _WOKEN, n)
                     seq += 1
@@ -240,10 +243,12 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
                 latency_out[n] = now - arrivals[n]
                 last_done = max(last_done, now)
                 active -= 1
+                dev_busy_out[n_dev + 1] += now - held_from[n]
                 if w_head < w_tail:
                     begin = waiting[w_head]
                     w_head += 1
                     active += 1
+                    held_from[begin] = now
         if begin >= 0:
             has_bottom = cpu_bottom[begin % num_profiles] > 0.0
             pending[begin] = (2 if has_bottom else 1) + (1 if overlap else 0)
