@@ -18,9 +18,12 @@ second pass it records
   median over warm passes, :func:`_measure_cpu`) and, with a DLRM preset, the bottom MLP and
   the interaction + top MLP at their measured time per sample; all divided by the host's
   ``core_speed``;
-* on ``this-machine``, how much slower a request runs on a core that sat idle before it
-  (:func:`_measure_cold`): the back-to-back passes above keep caches, branch predictors and
-  clocks warm, and live load at a low rate does not.
+* where in its CPU work each device batch issues (:func:`_issue_points`): the store reaches
+  a table's reads only after the work before them;
+* on ``this-machine``, how much slower a request runs on a core that sat idle before it, and
+  how early in the request that extra time falls (:func:`_measure_cold`): the back-to-back
+  passes above keep caches, branch predictors and clocks warm, and live load at a low rate
+  does not.
 
 It also reports how fast the hit rate settles: the requests of the two passes after which
 the rest's last half is within 0.01 of the rest's whole.
@@ -460,9 +463,10 @@ def _issue_points(st, bags) -> list:
 
     A live store reaches a table's reads only after the work before them (validation, the
     tables before it, a cache's probe), so a paced request's reads cannot all start with its
-    CPU work: on the AMD EPYC VM the bundled trace's ``dram`` requests issued their last
-    reads 1.42 ms after they started, hot, against a 1.29 ms chain of reads alone, and
-    1.62 ms when their CPU work ran 1.6x slower on a cold core."""
+    CPU work: on the AMD EPYC VM the bundled trace's ``dram`` requests had their last
+    reads complete 1.42 ms after they started, hot, against a 1.29 ms chain of reads alone,
+    and 1.62 ms at 150/s under two process workers, where their CPU work ran about 2x slower
+    on cold cores."""
     passes = []
     for _ in range(_ISSUE_PASSES):
         shares = []

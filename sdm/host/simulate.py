@@ -11,8 +11,9 @@ The host's :class:`~sdm.host.platform.PlatformNoise` (``this-machine``'s is meas
 stalls to each arrival's CPU tasks and wake-ups to its start and its last device wait, drawn
 once per simulation from their own seeded stream, so every rate sees the same ones. The
 profile's cold-core factors (measured on ``this-machine``) slow a task on a core idle before
-it; with a ``paced`` profile a request's reads start with its embedding task, as the live
-paced store issues them from where pooling starts and waits once at the request's end.
+it; with a ``paced`` profile a request's reads start with its embedding task, each batch
+once the task's CPU work reaches it (the profile's issue points), as the live paced store
+issues them and waits once at the request's end.
 
 Utilization is busy time over the span of the arrivals: core busy time (stalls included) over ``cores x span``;
 with a limited pool of workers, the time requests held one over ``workers x span``;
