@@ -425,7 +425,8 @@ def _measure_cold(st, bags, emb_ns, issues) -> tuple:
                 idle[g].append(start - end)
                 extra = wall - warm
                 if extra >= _COLD_EXTRA_MIN * warm and [k for k, _ in log] == [k for k, _ in issues[i]]:
-                    points += [(share, (at - start - share * warm) / extra) for (_, share), (_, at) in zip(issues[i], log)]
+                    points += [(share, (at - start - share * warm) / extra)
+                               for (_, share), (_, at) in zip(issues[i], log)]
     gap_ns = [0.0] + [float(np.median(idle[g])) for g in _COLD_GAPS_MS]
     factor = [1.0] + [float(np.median(ratios[g])) for g in _COLD_GAPS_MS]
     order = np.argsort(gap_ns, kind="stable")  # np.interp needs the gaps ascending
@@ -637,8 +638,8 @@ def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str |
         with tempfile.TemporaryDirectory(prefix="sdm-host-", dir=workdir) as tmp:
             path = store if store is not None else build_store(os.path.join(tmp, "store"), tr.table_sizes,
                                                                dim=dim, fmt=fmt, seed=seed, progress=False)
-            emb, live, bottom, top, cold, issues = _measure_cpu(tr, path, config, request_size, model, seed, fit_model,
-                                                        cold=host.name == THIS_MACHINE)
+            emb, live, bottom, top, cold, issues = _measure_cpu(
+                tr, path, config, request_size, model, seed, fit_model, cold=host.name == THIS_MACHINE)
     finally:
         if tr is not trace:
             tr.close()
