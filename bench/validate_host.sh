@@ -44,3 +44,4 @@ run nand-4m-direct "$OUT/nand-4m.toml" direct "2 5 10 20"
 # process workers: no GIL between requests (each process has its own cache and device models)
 run dram-processes dram paced "150 300 600 900" "" processes
 run sdm-nand-processes sdm-nand paced "100 200 400 600" "" processes
+run dram-rm2-processes dram paced "20 40 80 160" rm2 processes

@@ -383,12 +383,15 @@ def _measure_cold(st, bags, emb_ns, issues) -> tuple:
     longer a request's ``embedding_bags`` takes in thread CPU time when this thread slept
     before it, and where that extra time falls.
 
-    :data:`_COLD_REQUESTS` requests spread over the trace are each served after sleeping
-    every gap of :data:`_COLD_GAPS_MS` in turn (:data:`_COLD_ROUNDS` rounds, the order of the
-    gaps reversed every other round); a gap's factor is the median of their CPU time over
-    the same request's warm median ``emb_ns``, at the median idle time measured (from the
-    end of the previous call to the start of this one). Gap 0 has factor 1: ``emb_ns`` was
-    timed back to back.
+    The trace is served in order once per gap of :data:`_COLD_GAPS_MS` (:data:`_COLD_ROUNDS`
+    rounds, the gaps' order reversed every other round), sleeping that long before each of
+    :data:`_COLD_REQUESTS` requests spread over it; a gap's factor is the median of their CPU
+    time over the same request's warm median ``emb_ns``, at the median idle time measured
+    (from the end of the previous call to the start of this one). In order, so that each
+    timed request meets the cache in the state the warm passes served it in: with misses,
+    a request served out of turn hits and misses other rows (served so, the 4 MiB-cache
+    case of bench/validate_host.sh measured factors of 0.54-1.03 on the AMD EPYC VM). Gap 0
+    has factor 1: ``emb_ns`` was timed back to back.
 
     Why: on this project's VMs (AMD EPYC, one Numba thread), the bundled trace's requests
     took 692-815 us of CPU back to back, 874-975 after 1 ms idle, 1,152-1,242 after 3 ms and
@@ -404,21 +407,23 @@ def _measure_cold(st, bags, emb_ns, issues) -> tuple:
     none was). On the AMD EPYC VM, after 10 ms idle, 43% of the extra time came before the
     first read (14% of the warm time) and 86% before the last (79%).
     """
-    picks = np.unique(np.linspace(0, len(bags) - 1, min(_COLD_REQUESTS, len(bags))).astype(np.int64))
+    picks = set(np.linspace(0, len(bags) - 1, min(_COLD_REQUESTS, len(bags))).astype(np.int64).tolist())
     ratios = {g: [] for g in _COLD_GAPS_MS}
     idle = {g: [] for g in _COLD_GAPS_MS}
     points = []  # (warm share, share of the extra time before it)
     for rnd in range(_COLD_ROUNDS):
-        gaps = _COLD_GAPS_MS if rnd % 2 == 0 else _COLD_GAPS_MS[::-1]
-        for i in picks:
-            warm = max(float(emb_ns[i]), 1.0)
-            for g in gaps:
+        for g in (_COLD_GAPS_MS if rnd % 2 == 0 else _COLD_GAPS_MS[::-1]):
+            for i, bag in enumerate(bags):  # in trace order, as the warm passes: the same cache states
+                if i not in picks:
+                    st.embedding_bags(bag)
+                    continue
+                warm = max(float(emb_ns[i]), 1.0)
                 end = time.perf_counter_ns()
                 time.sleep(g / 1e3)
                 with recorded_issues() as log:
                     start = time.perf_counter_ns()
                     t0 = time.thread_time_ns()
-                    st.embedding_bags(bags[i])
+                    st.embedding_bags(bag)
                     cpu = time.thread_time_ns() - t0
                     wall = time.perf_counter_ns() - start
                 ratios[g].append(cpu / warm)
