@@ -1,4 +1,5 @@
-"""One BLAS thread while the host model times a request's MLPs.
+"""How many threads numpy's BLAS uses: one while the host model times a request's MLPs, a
+core's share while ``sdm load`` serves requests.
 
 The host simulation runs a request's MLP task on one core, so its cost must be what one core
 takes. numpy's OpenBLAS runs a matrix product on every core by default; on a machine whose
@@ -7,6 +8,7 @@ took 7.4 ms instead of 0.6 ms on one thread (this 2-core machine, measured while
 jobs ran). :func:`one_blas_thread` asks numpy's bundled OpenBLAS for one thread (through its
 ``*_set_num_threads`` entry point, as bench/bench_dlrm.py does) and gives the old count back
 afterwards; where that entry point cannot be found it changes nothing and says so.
+:func:`blas_threads` sets any count the same way.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import os
 
 import numpy as np
 
-__all__ = ["one_blas_thread", "blas_threads_settable"]
+__all__ = ["one_blas_thread", "blas_threads", "blas_threads_settable"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -46,16 +48,22 @@ def blas_threads_settable() -> bool:
 
 
 @contextlib.contextmanager
-def one_blas_thread():
-    """Within the block numpy's OpenBLAS uses one thread (when it can be set; see the module)."""
+def blas_threads(count: int):
+    """Within the block numpy's OpenBLAS uses ``count`` (>= 1) threads; yields whether it
+    could be set (see the module)."""
     found = _openblas()
     if found is None:
         yield False
         return
     set_fn, get_fn = found
     before = int(get_fn())
-    set_fn(ctypes.c_int(1))
+    set_fn(ctypes.c_int(max(1, int(count))))
     try:
         yield True
     finally:
         set_fn(ctypes.c_int(before))
+
+
+def one_blas_thread():
+    """Within the block numpy's OpenBLAS uses one thread (when it can be set; see the module)."""
+    return blas_threads(1)
