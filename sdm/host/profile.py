@@ -615,7 +615,7 @@ def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str |
     try:
         table_bytes = int(np.sum(np.asarray(tr.table_sizes, dtype=np.int64))) * rb
         config = _host_config(config, host, table_bytes)
-        cache, _, _ = _shape(config)
+        cache, scm, _ = _shape(config)
         stream = key_stream(tr, request_size)
         n_keys, R = stream.keys.shape[0], stream.num_requests
         if R == 0:
@@ -650,7 +650,6 @@ def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str |
             tr.close()
     speed = host.core_speed
     samples = stream.samples.astype(np.int64)
-    _, scm, _ = _shape(config)
     after = _batch_after(batches[0], batches[8], issues, emb, scm.kind if scm is not None else None)
     share, extra = cold[2], cold[3]
     if share.size:  # of a cold task's extra time, the part before each batch

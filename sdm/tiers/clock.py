@@ -136,14 +136,19 @@ _local = threading.local()
 
 
 @contextmanager
+def _bound(name: str, value):
+    """This thread's ``name`` is ``value`` inside the block (yielded), as before it after."""
+    previous = getattr(_local, name, None)
+    setattr(_local, name, value)
+    try:
+        yield value
+    finally:
+        setattr(_local, name, previous)
+
+
 def on_timeline(timeline: Timeline):
     """Charge this thread's device reads to ``timeline`` inside the ``with`` block."""
-    previous = getattr(_local, "timeline", None)
-    _local.timeline = timeline
-    try:
-        yield timeline
-    finally:
-        _local.timeline = previous
+    return _bound("timeline", timeline)
 
 
 def current_timeline() -> Timeline | None:
@@ -199,17 +204,12 @@ def current_paced_request() -> PacedRequest | None:
     return getattr(_local, "paced", None)
 
 
-@contextmanager
 def recorded_issues():
     """Record where this thread's device reads issue inside the block, for profiling
     (:mod:`sdm.host.profile`): yields a list to which every charge appends ``(tier kind,
     wall ns)``, the ``perf_counter_ns`` its reads issue from (where the request's work
     reached them, before any wait)."""
-    log = _local.issues = []
-    try:
-        yield log
-    finally:
-        _local.issues = None
+    return _bound("issues", [])
 
 
 def current_issue_log() -> list | None:
