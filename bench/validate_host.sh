@@ -1,10 +1,13 @@
 #!/bin/sh
 # The host model against live load on this machine (bench/RESULTS.md, "The host model").
-# Usage: sh bench/validate_host.sh OUTDIR   (about 20-40 minutes; writes one JSON per run)
+# Usage: sh bench/validate_host.sh OUTDIR [CASE ...]   (all cases: about 40-60 minutes; writes
+# one JSON per run). Naming cases runs only those, e.g. `... /tmp/v dram-processes sdm-nand-processes`.
 # Each case has its own rates, from far below its knee to past it on a 2-core VM (a machine
 # 3x faster or slower moves the knee; the search finds it either way).
 set -e
 OUT=${1:-/tmp/sdm-validate-host}
+[ $# -gt 0 ] && shift
+ONLY="$*"
 mkdir -p "$OUT"
 PY=${PY:-.venv/bin/python}
 TRACE=traces/default.npz
@@ -24,6 +27,7 @@ uptime > "$OUT/uptime.txt"
 $PY -m sdm devices calibrate "$OUT" --seconds 0.5 --file-mib 256 -o "$OUT/disk.toml" --json > "$OUT/calibrate.json"
 run() {  # name config io-mode "rates" [model] [processes]
   name=$1; config=$2; mode=$3; rates=$4; model=$5; procs=$6
+  if [ -n "$ONLY" ]; then case " $ONLY " in *" $name "*) ;; *) return 0 ;; esac; fi
   extra=""; [ -n "$model" ] && extra="--model $model --fit-model"  # the preset's MLPs over the trace's tables
   workers="--workers 8"; [ -n "$procs" ] && workers="--workers 2"  # one process per core
   live="$workers"; [ -n "$procs" ] && live="$workers --processes"
@@ -41,7 +45,12 @@ run sdm-nand sdm-nand paced "150 300 600 1200 2400"
 run nand-4m "$OUT/nand-4m.toml" paced "5 10 20 40 80"
 run dram-rm2 dram paced "10 20 40 80" rm2
 run nand-4m-direct "$OUT/nand-4m.toml" direct "2 5 10 20"
-# process workers: no GIL between requests (each process has its own cache and device models)
+# process workers, one per core: no GIL between requests (each process has its own cache; the
+# device models are per process too). The host model has no GIL, so these are what it describes.
 run dram-processes dram paced "150 300 600 900" "" processes
+run sdm-3dxp-processes sdm-3dxp paced "100 200 400 600" "" processes
 run sdm-nand-processes sdm-nand paced "100 200 400 600" "" processes
+run nand-4m-processes "$OUT/nand-4m.toml" paced "5 10 20 40 80" "" processes
 run dram-rm2-processes dram paced "20 40 80 160" rm2 processes
+run sdm-nand-rm2-processes sdm-nand paced "20 40 80 160" rm2 processes
+run nand-4m-direct-processes "$OUT/nand-4m.toml" direct "2 5 10 20" "" processes

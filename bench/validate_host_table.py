@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 
 CASES = ("dram", "sdm-3dxp", "sdm-nand", "nand-4m", "dram-rm2", "nand-4m-direct", "dram-processes",
-         "sdm-nand-processes", "dram-rm2-processes")
+         "sdm-3dxp-processes", "sdm-nand-processes", "nand-4m-processes", "dram-rm2-processes",
+         "sdm-nand-rm2-processes", "nand-4m-direct-processes")
 FEW = 20  # live requests below which a point's p99 is its maximum
 
 
