@@ -71,6 +71,11 @@ from sdm.kernels.jit import jit, pjit, prange
 _FASTMATH = {"nnan", "ninf", "nsz", "arcp"}
 _GROUP = 4  # rows added per pass over the columns (the unrolled body below has 4 slots)
 _PREFETCH = 16  # lookups ahead to prefetch; ~ DRAM latency / time per row
+# int8 rows (dim + 8 bytes: 72 for dim 64, two lines) take less time each than fp32 ones (256
+# bytes, four lines), so the same lines in flight need more rows ahead. Measured, Zipf ids, 1M x
+# 64, against torch's byte-rowwise op: Zen 4 0.97x at 16 -> 0.78x at 32; Ice Lake server 32 the
+# best of 16-32 (bench/RESULTS.md). Uniform ids are DRAM- and TLB-bound at every distance.
+_PREFETCH_INT8 = 32
 _TILE = 512  # columns summed per pass; the stack accumulator holds one tile (2 KiB)
 _EVERY_LINE_BYTES = 256  # rows up to this long prefetch every line when asked (every_line)
 # The vector width this CPU's variant asks of the column loops (None: LLVM's choice). Read at
@@ -374,9 +379,9 @@ def _int8_tile(table, indices, weights, weighted, start, end, j0, width, acc, pr
     row_nbytes = dim + 8
     k = start
     while k + _GROUP <= end:
-        if prefetch and k + _PREFETCH + _GROUP <= nnz:
+        if prefetch and k + _PREFETCH_INT8 + _GROUP <= nnz:
             for p in range(_GROUP):
-                _prefetch_bag_row(table, indices[np.uint64(k + _PREFETCH + p)], row_nbytes, every_line)
+                _prefetch_bag_row(table, indices[np.uint64(k + _PREFETCH_INT8 + p)], row_nbytes, every_line)
         r0 = np.uint64(indices[np.uint64(k)])
         r1 = np.uint64(indices[np.uint64(k + 1)])
         r2 = np.uint64(indices[np.uint64(k + 2)])
@@ -408,8 +413,8 @@ def _int8_tile(table, indices, weights, weighted, start, end, j0, width, acc, pr
                 s2 * np.float32(table[r2, c]) + s3 * np.float32(table[r3, c]))
         k += _GROUP
     while k < end:
-        if prefetch and k + _PREFETCH < nnz:
-            _prefetch_bag_row(table, indices[np.uint64(k + _PREFETCH)], row_nbytes, every_line)
+        if prefetch and k + _PREFETCH_INT8 < nnz:
+            _prefetch_bag_row(table, indices[np.uint64(k + _PREFETCH_INT8)], row_nbytes, every_line)
         r0 = np.uint64(indices[np.uint64(k)])
         if check and r0 >= nrows:
             bad = True
