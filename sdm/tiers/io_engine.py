@@ -4,8 +4,11 @@ A serving host keeps many requests' reads at a device at once, up to a bound the
 driven at (an NVMe queue's depth). :class:`IOEngine` is that bound for one device: ``depth``
 reader threads, started once, take read jobs first come first served from one queue, so at
 most ``depth`` reads are outstanding on the device whatever the number of requests, and no
-request starts threads of its own. ``os.preadv`` releases the GIL, so the readers wait on
-the device in parallel while requests run Python.
+request starts threads of its own. A job's reads run in one Numba loop over libc's ``pread``
+with the GIL released (:func:`_pread_pages`), so the readers wait on the device in parallel
+while requests run Python, and a read costs no Python: per 4 KiB O_DIRECT read on the AMD EPYC
+VM, 7.6-8.6 us of CPU (the kernel's) against 10-16 us with an ``os.preadv`` call per read
+under the GIL, and 70-75K reads/s against 44-64K at 16 jobs.
 
 A request splits its pages into at most its own queue depth of jobs (the tier's
 ``queue_depth``: how many reads one request may have outstanding) and waits for all of them.
@@ -13,11 +16,15 @@ A request splits its pages into at most its own queue depth of jobs (the tier's
 
 from __future__ import annotations
 
+import ctypes
 import os
 import queue
 import threading
 
+import numpy as np
+
 from sdm.errors import ConfigError
+from sdm.kernels.jit import jit
 from sdm.validate import check_int
 
 __all__ = ["IOEngine", "MAX_ENGINE_DEPTH"]
@@ -25,6 +32,25 @@ __all__ = ["IOEngine", "MAX_ENGINE_DEPTH"]
 #: The most reads one engine keeps in flight (reader threads it starts): a tier's largest
 #: queue depth.
 MAX_ENGINE_DEPTH = 1024
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_pread = _libc.pread
+_pread.restype = ctypes.c_ssize_t
+# The buffer goes as an address (an integer): Numba passes integers to ctypes functions, and
+# on every ABI sdm runs on an address is passed as a size_t is.
+_pread.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int64]
+
+
+# Not cached: Numba cannot cache a function that calls through a ctypes pointer. It compiles in
+# about 0.2 s, once per process, at the first direct read.
+@jit(cache=False)
+def _pread_pages(fd, pages, first, stride, base, page_bytes, got):
+    """``got[j]`` = what ``pread`` returned reading page ``pages[j]`` of ``fd`` into address
+    ``base + j * page_bytes``, for ``j`` in ``first, first + stride, ...`` (``pages``, ``got``:
+    ``(n,)`` int64): ``page_bytes``, fewer at the end of the file, or -1 on an error (the
+    caller reads that page again to learn which)."""
+    for j in range(first, pages.shape[0], stride):
+        got[j] = _pread(fd, base + j * page_bytes, page_bytes, pages[j] * page_bytes)
 
 
 class IOEngine:
@@ -60,11 +86,17 @@ class IOEngine:
         n = len(pages)
         if not n:
             return []
+        pages = np.ascontiguousarray(pages, dtype=np.int64)
+        buffer = np.frombuffer(view, dtype=np.uint8)  # holds the caller's buffer until the jobs end
+        if buffer.shape[0] < n * page_bytes or not buffer.flags.writeable:
+            raise ValueError(f"read_pages needs a writable buffer of {n * page_bytes} bytes, "
+                             f"got {buffer.shape[0]}")
         jobs = max(1, min(jobs, n))
         batch = _Batch(jobs)
+        got = np.empty(n, dtype=np.int64)
         self._start()
         for first in range(jobs):  # strided: each job's pages spread over the whole batch
-            self._jobs.put((fd, pages, first, jobs, view, page_bytes, batch))
+            self._jobs.put((fd, pages, first, jobs, buffer, page_bytes, got, batch))
         return batch.wait()
 
     def _start(self) -> None:
@@ -96,19 +128,24 @@ class IOEngine:
                     self._in_flight -= 1
             batch.finish(short, error)
 
-    def _run(self, fd, pages, first, stride, view, page_bytes) -> tuple[list[int], Exception | None]:
-        """One job's reads: (positions read short, the error that stopped it or None)."""
-        short: list[int] = []
-        try:
-            for j in range(first, len(pages), stride):
-                got = os.preadv(fd, [view[j * page_bytes:(j + 1) * page_bytes]], pages[j] * page_bytes)
-                if got != page_bytes:
-                    short.append(j)
-                with self._lock:
-                    self._reads += 1
-        except Exception as exc:  # noqa: BLE001 - handed to the caller, never lost
-            return short, exc
-        return short, None
+    def _run(self, fd, pages, first, stride, buffer, page_bytes, got) -> tuple[list[int], Exception | None]:
+        """One job's reads: (positions read short, the first error or None)."""
+        _pread_pages(fd, pages, first, stride, buffer.ctypes.data, page_bytes, got)
+        mine = got[first::stride]
+        with self._lock:
+            self._reads += mine.shape[0]
+        error = None
+        for k in np.flatnonzero(mine < 0).tolist():  # read again to raise the error with its errno
+            j = first + k * stride
+            try:
+                got[j] = os.preadv(fd, [memoryview(buffer[j * page_bytes:(j + 1) * page_bytes])],
+                                   int(pages[j]) * page_bytes)
+            except Exception as exc:  # noqa: BLE001 - handed to the caller, never lost
+                error = exc
+                break
+        if error is not None:
+            return [], error
+        return (first + np.flatnonzero(mine != page_bytes) * stride).tolist(), None
 
     def stats(self) -> dict:
         """``depth``, ``reads`` (pages read so far) and ``peak_in_flight`` (most jobs at once)."""
