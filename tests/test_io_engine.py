@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import sdm
 from sdm.errors import ConfigError
+from sdm.tiers import io_engine
 from sdm.tiers.io_engine import IOEngine
 
 PAGE = 4096
@@ -109,6 +110,28 @@ def test_short_reads_are_reported_and_errors_raised(data_file):
             engine.read_pages(closed, [0, 1, 2], memoryview(buf), PAGE, 2)
         # the engine still serves after a failure
         assert engine.read_pages(fd, [1], memoryview(buf), PAGE, 1) == []
+    finally:
+        engine.close()
+        os.close(fd)
+
+
+def test_a_read_that_fails_once_and_then_succeeds_is_whole(data_file, monkeypatch):
+    """A transient failure of the nogil loop (say EINTR) is read again, and that page is
+    neither short nor an error."""
+    real = io_engine._pread_pages
+
+    def flaky(fd, pages, first, stride, base, page_bytes, got):
+        real(fd, pages, first, stride, base, page_bytes, got)
+        got[first] = -1  # every job's first page "failed"
+
+    monkeypatch.setattr(io_engine, "_pread_pages", flaky)
+    engine = IOEngine("flaky", 2)
+    fd = os.open(data_file, os.O_RDONLY)
+    try:
+        pages = [5, 9, 1, 40]
+        buf = bytearray(len(pages) * PAGE)
+        assert engine.read_pages(fd, pages, memoryview(buf), PAGE, 2) == []
+        assert bytes(buf) == reference(fd, pages)
     finally:
         engine.close()
         os.close(fd)

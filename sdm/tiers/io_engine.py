@@ -7,8 +7,8 @@ most ``depth`` reads are outstanding on the device whatever the number of reques
 request starts threads of its own. A job's reads run in one Numba loop over libc's ``pread``
 with the GIL released (:func:`_pread_pages`), so the readers wait on the device in parallel
 while requests run Python, and a read costs no Python: per 4 KiB O_DIRECT read on the AMD EPYC
-VM, 7.6-8.6 us of CPU (the kernel's) against 10-16 us with an ``os.preadv`` call per read
-under the GIL, and 70-75K reads/s against 44-64K at 16 jobs.
+VM (Zen 4), 7.6-9.1 us of CPU (mostly the kernel's) against 10-16 us with an ``os.preadv``
+call per read under the GIL, and 60-77K reads/s against 44-64K at 16 jobs (bench/RESULTS.md).
 
 A request splits its pages into at most its own queue depth of jobs (the tier's
 ``queue_depth``: how many reads one request may have outstanding) and waits for all of them.
@@ -131,7 +131,7 @@ class IOEngine:
     def _run(self, fd, pages, first, stride, buffer, page_bytes, got) -> tuple[list[int], Exception | None]:
         """One job's reads: (positions read short, the first error or None)."""
         _pread_pages(fd, pages, first, stride, buffer.ctypes.data, page_bytes, got)
-        mine = got[first::stride]
+        mine = got[first::stride]  # a view: the re-reads below update it
         with self._lock:
             self._reads += mine.shape[0]
         error = None
