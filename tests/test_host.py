@@ -181,6 +181,37 @@ def test_the_cpu_time_is_measured_with_the_kernels_on_one_thread(tmp_path, monke
     assert numba.get_num_threads() == before
 
 
+def test_a_paced_store_is_timed_as_a_paced_worker_serves(tmp_path, monkeypatch):
+    """Under ``paced`` a request's CPU is what a worker spends waiting for its paced reads,
+    so the profile keeps the times of a pass over a paced store, and its forward runs the
+    lookups beside the bottom MLP; a modeled hierarchy is timed modeled only."""
+    from sdm.host import profile
+    from sdm.store.config import with_io_mode
+
+    seen = []
+    real_emb, real_mlp = profile._emb_cpu, profile._mlp_cpu
+
+    def emb(st, bags, first):
+        out = real_emb(st, bags, first)
+        seen.append(("emb", st.config.io_mode, out))
+        return out
+
+    def mlp(st, reqs, e, model, seed, fit_model, *, overlap):
+        seen.append(("mlp", st.config.io_mode, overlap))
+        return real_mlp(st, reqs, e, model, seed, fit_model, overlap=overlap)
+
+    monkeypatch.setattr(profile, "_emb_cpu", emb)
+    monkeypatch.setattr(profile, "_mlp_cpu", mlp)
+    p = build_profile(TINY, with_io_mode(SMALL, "paced"), "2-socket", dim=8, workdir=str(tmp_path))
+    assert [(k, m) for k, m, _ in seen] == [("emb", "modeled"), ("emb", "paced"), ("mlp", "paced")]
+    assert seen[2][2] is True
+    np.testing.assert_allclose(p.cpu_emb_ns, seen[1][2] / resolve_host("2-socket").core_speed)
+    seen.clear()
+    build_profile(TINY, SMALL, "2-socket", dim=8, workdir=str(tmp_path))
+    assert [(k, m, x if k == "mlp" else None) for k, m, x in seen] == [("emb", "modeled", None),
+                                                                    ("mlp", "modeled", False)]
+
+
 def test_unsupported_hierarchies_and_direct_without_a_disk_are_errors(tmp_path):
     with pytest.raises(ConfigError, match="host model covers"):
         build_profile(TINY, "three-tier", dim=8, workdir=str(tmp_path))
