@@ -195,8 +195,14 @@ class Cache:
         hit = np.empty(n, dtype=np.bool_)
         slot = np.empty(n, dtype=np.int64)
         evicted = np.empty(n, dtype=np.int64)
-        K.serve(self._state, self._adm, keys, nu, hit, slot, evicted)
+        self._serve(keys, nu, hit, slot, evicted)
         return AccessResult(hit, slot, evicted)
+
+    def _serve(self, keys, next_use, hit, slot, evicted) -> int:
+        """One Numba call serving validated ``keys`` (:func:`sdm.kernels.policies.serve_for`'s
+        loop for this cache's policy and admission); returns the number of hits."""
+        serve = K.serve_for(self._code, int(self._adm[0][K.A_KIND]))
+        return int(serve(self._state, self._adm, keys, next_use, hit, slot, evicted))
 
     def lookup(self, keys) -> np.ndarray:
         """``(n,)`` int64 slot of each key, -1 if absent; no policy state changes."""

@@ -80,7 +80,7 @@ def simulate(keys, *, policy, capacity, admission=None, return_mask=False, seed=
     keys = check_keys(keys)
     nu = next_use(keys) if cache.policy == "belady" else _EMPTY_I64
     mask = np.zeros(keys.shape[0], dtype=np.bool_) if return_mask else _EMPTY_MASK
-    hits = int(K.serve(cache._state, cache._adm, keys, nu, mask, _EMPTY_I64, _EMPTY_I64))
+    hits = cache._serve(keys, nu, mask, _EMPTY_I64, _EMPTY_I64)
     s = cache.stats()
     return SimResult(cache.policy, cache.capacity, int(keys.shape[0]), hits,
                      int(keys.shape[0]) - hits, s["evictions"], s["rejects"],
@@ -155,7 +155,7 @@ def miss_ratio_curve(keys, capacities, *, policy="lru", sample_rate=None, admiss
 
     def one(c):
         cache = Cache(int(c), policy, admission=admission, **policy_params)
-        return int(K.serve(cache._state, cache._adm, keys, nu, _EMPTY_MASK, _EMPTY_I64, _EMPTY_I64))
+        return cache._serve(keys, nu, _EMPTY_MASK, _EMPTY_I64, _EMPTY_I64)
 
     workers = workers or os.cpu_count() or 1
     if workers > 1 and caps.shape[0] > 1:
