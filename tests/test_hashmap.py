@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sdm.kernels.hashmap import (EMPTY, hm_delete, hm_find, hm_insert, make_hashmap_state,
-                                 table_size_for)
+from sdm.kernels.hashmap import (EMPTY, hm_delete, hm_entry, hm_find, hm_insert, hm_put,
+                                 hm_value, make_hashmap_state, table_size_for)
 
 keys = st.one_of(st.integers(0, 40), st.integers(0, 2**63 - 2),
                  st.integers(0, 40).map(lambda k: k << 32))
@@ -28,6 +28,28 @@ def test_matches_dict(ops):
             assert hm_delete(table, k) == model.pop(k, -1)
         else:
             assert hm_find(table, k) == model.get(k, -1)
+    for k, v in model.items():
+        assert hm_find(table, k) == v
+    assert (table[0::2] != EMPTY).sum() == len(model)
+
+
+@settings(max_examples=60)
+@given(ops=ops)
+def test_a_key_put_at_its_entry_before_a_delete_is_found(ops):
+    """The policy kernels' miss: find the new key's entry, put it there, then delete the
+    victim, whose backward shift may move the new key."""
+    table = make_hashmap_state(64)
+    model = {}
+    for op, k, v in ops:
+        e = hm_entry(table, k)
+        assert hm_value(table, e) == model.get(k, -1)
+        if k in model or len(model) >= 64:
+            continue
+        hm_put(table, e, k, v)
+        model[k] = v
+        if op == "del" and len(model) > 1:  # evict the oldest other key
+            victim = next(iter(model))
+            assert hm_delete(table, victim) == model.pop(victim)
     for k, v in model.items():
         assert hm_find(table, k) == v
     assert (table[0::2] != EMPTY).sum() == len(model)

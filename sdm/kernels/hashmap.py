@@ -15,7 +15,8 @@ import numpy as np
 
 from sdm.kernels.jit import jit
 
-__all__ = ["EMPTY", "GOLDEN", "table_size_for", "make_hashmap_state", "hm_find", "hm_insert",
+__all__ = ["EMPTY", "GOLDEN", "table_size_for", "make_hashmap_state", "hm_find", "hm_entry",
+           "hm_value", "hm_put", "hm_insert",
            "hm_delete", "hm_clear", "hm_find_many", "hm_insert_many", "hm_delete_many",
            "mix64", "finalize64", "finalize64_many", "home_slot", "shift_back"]
 
@@ -112,6 +113,34 @@ def hm_find(table, key):
         if k == EMPTY:
             return -1
         i = (i + 1) & mask
+
+
+@jit
+def hm_entry(table, key):
+    """The entry of ``key``: the one holding it, or the free entry that ends its probe, where
+    an insert puts it. :func:`hm_value` reads it and :func:`hm_put` fills it, with no insert
+    or delete in between (either may move entries), so a find followed by an insert probes
+    once."""
+    mask = (table.shape[0] >> 1) - 1
+    i = _home(table, key)
+    while True:
+        k = table[2 * i]
+        if k == key or k == EMPTY:
+            return i
+        i = (i + 1) & mask
+
+
+@jit
+def hm_value(table, entry):
+    """Value at ``entry`` (:func:`hm_entry`): the key's value, or -1 when the entry is free."""
+    return table[2 * entry + 1]
+
+
+@jit
+def hm_put(table, entry, key, value):
+    """Store ``key -> value`` in the free ``entry`` that :func:`hm_entry` gave for ``key``."""
+    table[2 * entry] = key
+    table[2 * entry + 1] = value
 
 
 @jit

@@ -201,7 +201,8 @@ class Cache:
     def _serve(self, keys, next_use, hit, slot, evicted) -> int:
         """One Numba call serving validated ``keys`` (:func:`sdm.kernels.policies.serve_for`'s
         loop for this cache's policy and admission); returns the number of hits."""
-        serve = K.serve_for(self._code, int(self._adm[0][K.A_KIND]))
+        outputs = hit.shape[0] + slot.shape[0] + evicted.shape[0] > 0
+        serve = K.serve_for(self._code, int(self._adm[0][K.A_KIND]), outputs)
         return int(serve(self._state, self._adm, keys, next_use, hit, slot, evicted))
 
     def lookup(self, keys) -> np.ndarray:
