@@ -2,6 +2,7 @@
 # The host model against live load on this machine (bench/RESULTS.md, "The host model").
 # Usage: sh bench/validate_host.sh OUTDIR [CASE ...]   (all cases: about 40-60 minutes; writes
 # one JSON per run). Naming cases runs only those, e.g. `... /tmp/v dram-processes sdm-nand-processes`.
+# DURATION=S sets each live rate's seconds (default 3; the p99 of a point rests on 1% of its requests).
 # Each case has its own rates, from far below its knee to past it on a 2-core VM (a machine
 # 3x faster or slower moves the knee; the search finds it either way).
 set -e
@@ -10,6 +11,7 @@ OUT=${1:-/tmp/sdm-validate-host}
 ONLY="$*"
 mkdir -p "$OUT"
 PY=${PY:-.venv/bin/python}
+DURATION=${DURATION:-3}
 TRACE=traces/default.npz
 cat > "$OUT/nand-4m.toml" <<'TOML'
 # sdm-nand with a 4 MiB DRAM cache, so the warm bundled trace still reads Nand
@@ -35,7 +37,7 @@ run() {  # name config io-mode "rates" [model] [processes]
   # the machine's stalls: 8 s of spinning sees the rare long ones (1 s, the default, rarely does)
   $PY -m sdm host $TRACE --config "$config" --io-mode "$mode" --host this-machine --disk "$OUT/disk.toml" \
       --platform-seconds 8 $workers --rate $rates $extra --json "$OUT/$name-host.json"
-  $PY -m sdm load $TRACE --config "$config" --io-mode "$mode" $live --duration 3 --rate $rates \
+  $PY -m sdm load $TRACE --config "$config" --io-mode "$mode" $live --duration "$DURATION" --rate $rates \
       --search $extra --json "$OUT/$name-load.json"
   echo "$name done: $(uptime)" >> "$OUT/uptime.txt"
 }
