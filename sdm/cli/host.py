@@ -34,7 +34,8 @@ def register(sub) -> None:
     p.add_argument("--rate", type=float, nargs="+", metavar="R",
                    help="offered rates of the curve, requests/s (default: around the QPS at the SLA)")
     p.add_argument("--workers", type=int, help="at most N requests in service at once, as sdm load "
-                                               "--workers (default: no limit)")
+                                               "--workers N --processes: the model has no GIL, so it "
+                                               "describes worker processes (default: no limit)")
     p.add_argument("--arrivals", type=int, default=100_000, help="simulated requests per rate (default 100000)")
     add_store_arguments(p)
     p.add_argument("--json", nargs="?", const="-", metavar="OUT",
