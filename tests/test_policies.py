@@ -3,6 +3,7 @@ golden miss counts on a committed trace, the store-facing Cache API, validation.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import cachetools
@@ -308,21 +309,23 @@ def test_random_operations_keep_invariants(policy, admission):
         cache.check_invariants()
 
 
-@jit
-def _access_one_loop(st, adm, keys, out):
-    # module level so Numba's on-disk cache keeps it (a closure would recompile every run)
-    for i in range(keys.shape[0]):
-        h, s, e = access_one(st, adm, keys[i], NEVER)
-        out[i] = h
-    return out
+@functools.lru_cache(maxsize=None)
+def _access_one_loop(policy):
+    @jit
+    def loop(st, adm, keys, out):  # the policy a constant, as the store's batch probe has it
+        for i in range(keys.shape[0]):
+            h, s, e = access_one(st, adm, keys[i], NEVER, policy)
+            out[i] = h
+        return out
+    return loop
 
 
 def test_access_one_from_another_kernel():
     """The per-request kernel the store's batch path inlines agrees with the simulator."""
-    loop = _access_one_loop
     keys = np.load(os.path.join(DATA, "policies_golden_trace.npy"), allow_pickle=False)
     for policy in ("lru", "s3fifo"):
         cache = Cache(20, policy)
+        loop = _access_one_loop(cache._code)
         got = loop(cache._state, cache._adm, keys, np.zeros(keys.shape[0], dtype=np.bool_))
         assert int((~got).sum()) == GOLDEN[policy][1]
         assert cache.stats()["misses"] == GOLDEN[policy][1]

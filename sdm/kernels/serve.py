@@ -7,7 +7,7 @@ the simulator replays, so the live cache and ``sdm.simulate`` count the same hit
 
 Rows live in the caller's ``slots`` buffer: rows ``[0, capacity)`` are cache slots, the rows
 after them scratch, of which each batch in flight owns a range starting at its
-``scratch_start``. After :func:`probe_batch`, ``ptr[j]`` is the row of ``slots`` that will
+``scratch_start``. After the batch probe (:func:`probe_batch_for`), ``ptr[j]`` is the row of ``slots`` that will
 hold id ``j``'s row for this batch, every ``ptr`` distinct:
 
 * a hit points at its slot;
@@ -40,6 +40,8 @@ exactly the simulator's.
 
 from __future__ import annotations
 
+import functools
+
 from sdm.kernels.jit import jit
 from sdm.kernels.bag import prefetch_row
 from sdm.kernels.hashmap import _home, hm_find
@@ -59,7 +61,7 @@ _AHEAD_ENTRY = 16
 _AHEAD_SLOT = 8
 _AHEAD_LINKS = 4
 
-# counters of probe_batch
+# counters of the batch probe
 C_HITS, C_MISSES, C_REJECTED, C_PREFETCH_USED, C_PREFETCH_WASTED = range(5)
 N_COUNTERS = 5
 
@@ -69,115 +71,136 @@ READY_BITS = 3
 PREFETCHED = 4
 
 
-# _nrt=False: without it every inlined access_one increfs and decrefs each array of the
-# policy state tuple (19 atomic pairs per key), measured 60x slower than the kernel itself.
-@jit(_nrt=False)
-def probe_batch(keys, st, adm, slots, scratch_start, state, stamp_base, prefetch, ptr,
-                is_miss, waits, shared, counters):
-    """Probe ``keys`` and plan their rows.
+@functools.lru_cache(maxsize=None)
+def probe_batch_for(policy: int):
+    """The batch probe compiled for one policy (a code of
+    :data:`sdm.kernels.policies.POLICY_NAMES`): ``probe_batch(keys, st, adm, slots,
+    scratch_start, state, stamp_base, prefetch, ptr, is_miss, waits, shared, counters)``.
 
-    Args:
-        keys: ``(u,)`` int64 distinct cache keys ``table_id << 48 | row id``, ascending.
-        st, adm: policy and admission state (:func:`make_cache_state` with ``guarded``,
-            :func:`make_admission_state`); the caller has listed the other batches in flight.
-        slots: ``(capacity + scratch, slot_bytes)`` uint8 rows.
-        scratch_start: the first of ``u`` scratch rows of ``slots`` this batch owns.
-        state: ``(capacity,)`` uint8 slot states in/out: a slot given to a miss becomes
-            ``SLOT_PENDING``; a hit on a ``SLOT_FAILED`` slot is claimed (``SLOT_PENDING``)
-            and planned as a miss; ``PREFETCHED`` is set on a prefetch's admitted misses and
-            cleared by a demand hit.
-        stamp_base: ``epoch << 32`` for this call's epoch, above every earlier call's; the
-            slot placed for id ``j`` is stamped ``stamp_base | j``.
-        prefetch: True for a prefetch: every row it places (hit or admitted miss) is pinned
-            at once, so no later id of the same call, nor any later batch, can evict it
-            before its batch releases it. Else the slots are held by their stamps while the
-            caller lists this epoch in flight.
-        ptr: ``(u,)`` int64 out: row of ``slots`` serving each id.
-        is_miss: ``(u,)`` bool out: the id's row must be read from the tier below into
-            ``slots[ptr[j]]`` by this batch.
-        waits: ``(u,)`` int64 out: positions ``j`` of hits whose slot another batch is still
-            filling, in the first entries.
-        shared: ``(u,)`` int64 out (demand batches): slots another batch in flight had
-            stamped, pinned for this batch instead, in the first entries; unpin them at its end.
-        counters: ``(N_COUNTERS,)`` int64 in/out: hits, misses, misses not admitted,
-            prefetched rows used by a demand hit, prefetched rows evicted unused.
-
-    Returns:
-        ``(entries of waits, entries of shared)``.
+    The policy is a constant of the kernel, so it inlines that policy's steps alone
+    (:func:`sdm.kernels.policies.access_one`): a kernel compiles in seconds once per
+    machine and policy, then loads from Numba's cache, where one kernel for every policy
+    took 80-115 s to compile.
     """
-    meta, index, prev, nxt, freq, pins, use = st[0], st[2], st[4], st[5], st[6], st[11], st[19]
-    pol = meta[0]
-    lists = pol == LRU
-    bits = pol == CLOCK or pol == SIEVE or pol == S3FIFO
-    nfly = meta[M_FLYING]
-    scratch = scratch_start
-    n_waits = 0
-    n_shared = 0
-    n = keys.shape[0]
-    for j in range(n):
-        if j + _AHEAD_ENTRY < n:
-            prefetch_row(index, 2 * _home(index, keys[j + _AHEAD_ENTRY]), 16)  # key, value
-        if j + _AHEAD_SLOT < n:
-            a = hm_find(index, keys[j + _AHEAD_SLOT])
-            if a >= 0:
-                prefetch_row(state, a, 1)
-                prefetch_row(use, a, 1)
-                if lists:
-                    prefetch_row(prev, a, 1)
-                    prefetch_row(nxt, a, 1)
-                elif bits:
-                    prefetch_row(freq, a, 1)
-        if lists and j + _AHEAD_LINKS < n:  # an LRU hit also rewrites its list neighbours
-            a = hm_find(index, keys[j + _AHEAD_LINKS])
-            if a >= 0:
-                if prev[a] >= 0:
-                    prefetch_row(nxt, prev[a], 1)
-                if nxt[a] >= 0:
-                    prefetch_row(prev, nxt[a], 1)
-        hit, s, _ = access_one(st, adm, keys[j], NEVER)
-        if hit:
-            counters[C_HITS] += 1
-            v = state[s]
-            ready = v & READY_BITS
-            is_miss[j] = ready == SLOT_FAILED
-            if is_miss[j]:  # a read of its row failed: this batch reads it again
-                v = (v & PREFETCHED) | SLOT_PENDING
-            elif ready == SLOT_PENDING:  # another batch is reading it: wait for that
-                waits[n_waits] = j
-                n_waits += 1
-            if (v & PREFETCHED) and not prefetch:
-                counters[C_PREFETCH_USED] += 1
-                v &= READY_BITS
-            state[s] = v
-        else:
-            counters[C_MISSES] += 1
-            is_miss[j] = True
-            if s < 0:
-                counters[C_REJECTED] += 1
-                ptr[j] = scratch
-                scratch += 1
-                continue
-            if state[s] & PREFETCHED:  # the evicted row was prefetched and never used
-                counters[C_PREFETCH_WASTED] += 1
-            state[s] = (PREFETCHED if prefetch else 0) | SLOT_PENDING
-            if use[s] >= stamp_base:  # the slot still serves an earlier id of this batch
-                owner = use[s] - stamp_base
-                if not is_miss[owner]:
-                    for b in range(slots.shape[1]):
-                        slots[scratch, b] = slots[s, b]
-                ptr[owner] = scratch
-                scratch += 1
-        ptr[j] = s
-        if nfly > 0 and flying(st, use[s]):  # another batch in flight reads it: keep its stamp
-            pins[s] += 1
-            if not prefetch:
-                shared[n_shared] = s
-                n_shared += 1
-        else:
-            use[s] = stamp_base | j
-            if prefetch:
+    policy = int(policy)
+    lists = policy == LRU
+    bits = policy == CLOCK or policy == SIEVE or policy == S3FIFO
+
+    # _nrt=False: without it every inlined access_one increfs and decrefs each array of the
+    # policy state tuple (19 atomic pairs per key), measured 60x slower than the kernel itself.
+    @jit(_nrt=False)
+    def probe_batch(keys, st, adm, slots, scratch_start, state, stamp_base, prefetch, ptr,
+                    is_miss, waits, shared, counters):
+        """Probe ``keys`` and plan their rows.
+
+        Args:
+            keys: ``(u,)`` int64 distinct cache keys ``table_id << 48 | row id``, ascending.
+            st, adm: policy and admission state (:func:`make_cache_state` with ``guarded``,
+                :func:`make_admission_state`); the caller has listed the other batches in flight.
+            slots: ``(capacity + scratch, slot_bytes)`` uint8 rows.
+            scratch_start: the first of ``u`` scratch rows of ``slots`` this batch owns.
+            state: ``(capacity,)`` uint8 slot states in/out: a slot given to a miss becomes
+                ``SLOT_PENDING``; a hit on a ``SLOT_FAILED`` slot is claimed (``SLOT_PENDING``)
+                and planned as a miss; ``PREFETCHED`` is set on a prefetch's admitted misses and
+                cleared by a demand hit.
+            stamp_base: ``epoch << 32`` for this call's epoch, above every earlier call's; the
+                slot placed for id ``j`` is stamped ``stamp_base | j``.
+            prefetch: True for a prefetch: every row it places (hit or admitted miss) is pinned
+                at once, so no later id of the same call, nor any later batch, can evict it
+                before its batch releases it. Else the slots are held by their stamps while the
+                caller lists this epoch in flight.
+            ptr: ``(u,)`` int64 out: row of ``slots`` serving each id.
+            is_miss: ``(u,)`` bool out: the id's row must be read from the tier below into
+                ``slots[ptr[j]]`` by this batch.
+            waits: ``(u,)`` int64 out: positions ``j`` of hits whose slot another batch is still
+                filling, in the first entries.
+            shared: ``(u,)`` int64 out (demand batches): slots another batch in flight had
+                stamped, pinned for this batch instead, in the first entries; unpin them at its end.
+            counters: ``(N_COUNTERS,)`` int64 in/out: hits, misses, misses not admitted,
+                prefetched rows used by a demand hit, prefetched rows evicted unused.
+
+        Returns:
+            ``(entries of waits, entries of shared)``.
+        """
+        # one array per statement: see the note on unpacking in sdm.kernels.policies
+        meta = st[0]
+        index = st[2]
+        prev = st[4]
+        nxt = st[5]
+        pins = st[11]
+        use = st[19]
+        freq = st[6]
+        nfly = meta[M_FLYING]
+        scratch = scratch_start
+        n_waits = 0
+        n_shared = 0
+        n = keys.shape[0]
+        for j in range(n):
+            if j + _AHEAD_ENTRY < n:
+                prefetch_row(index, 2 * _home(index, keys[j + _AHEAD_ENTRY]), 16)  # key, value
+            if j + _AHEAD_SLOT < n:
+                a = hm_find(index, keys[j + _AHEAD_SLOT])
+                if a >= 0:
+                    prefetch_row(state, a, 1)
+                    prefetch_row(use, a, 1)
+                    if lists:
+                        prefetch_row(prev, a, 1)
+                        prefetch_row(nxt, a, 1)
+                    elif bits:
+                        prefetch_row(freq, a, 1)
+            if lists and j + _AHEAD_LINKS < n:  # an LRU hit also rewrites its list neighbours
+                a = hm_find(index, keys[j + _AHEAD_LINKS])
+                if a >= 0:
+                    if prev[a] >= 0:
+                        prefetch_row(nxt, prev[a], 1)
+                    if nxt[a] >= 0:
+                        prefetch_row(prev, nxt[a], 1)
+            hit, s, _ = access_one(st, adm, keys[j], NEVER, policy)
+            if hit:
+                counters[C_HITS] += 1
+                v = state[s]
+                ready = v & READY_BITS
+                is_miss[j] = ready == SLOT_FAILED
+                if is_miss[j]:  # a read of its row failed: this batch reads it again
+                    v = (v & PREFETCHED) | SLOT_PENDING
+                elif ready == SLOT_PENDING:  # another batch is reading it: wait for that
+                    waits[n_waits] = j
+                    n_waits += 1
+                if (v & PREFETCHED) and not prefetch:
+                    counters[C_PREFETCH_USED] += 1
+                    v &= READY_BITS
+                state[s] = v
+            else:
+                counters[C_MISSES] += 1
+                is_miss[j] = True
+                if s < 0:
+                    counters[C_REJECTED] += 1
+                    ptr[j] = scratch
+                    scratch += 1
+                    continue
+                if state[s] & PREFETCHED:  # the evicted row was prefetched and never used
+                    counters[C_PREFETCH_WASTED] += 1
+                state[s] = (PREFETCHED if prefetch else 0) | SLOT_PENDING
+                if use[s] >= stamp_base:  # the slot still serves an earlier id of this batch
+                    owner = use[s] - stamp_base
+                    if not is_miss[owner]:
+                        for b in range(slots.shape[1]):
+                            slots[scratch, b] = slots[s, b]
+                    ptr[owner] = scratch
+                    scratch += 1
+            ptr[j] = s
+            if nfly > 0 and flying(st, use[s]):  # another batch in flight reads it: keep its stamp
                 pins[s] += 1
-    return n_waits, n_shared
+                if not prefetch:
+                    shared[n_shared] = s
+                    n_shared += 1
+            else:
+                use[s] = stamp_base | j
+                if prefetch:
+                    pins[s] += 1
+        return n_waits, n_shared
+
+    return probe_batch
 
 
 @jit(_nrt=False)

@@ -41,7 +41,7 @@ from sdm.kernels.dedup import compose, unique_ranked
 from sdm.kernels.policies import M_FLYING, pin_batch
 from sdm.kernels.serve import (C_HITS, C_MISSES, C_PREFETCH_USED, C_PREFETCH_WASTED, C_REJECTED,
                                N_COUNTERS, PREFETCHED, READY_BITS, SLOT_FAILED, SLOT_PENDING,
-                               SLOT_READY, TABLE_SHIFT, fill_rows, probe_batch)
+                               SLOT_READY, TABLE_SHIFT, fill_rows, probe_batch_for)
 from sdm.tiers.manifest import TableLayout
 from sdm.policies import Cache
 from sdm.policies.cache import _no_admission
@@ -117,7 +117,7 @@ class DramCacheTier(CacheTier):
 
     def _begin(self, layouts, keys: np.ndarray, *, prefetch: bool = False) -> "_Batch":
         """Probe distinct ascending cache ``keys`` of the tables ``layouts`` (ascending table
-        ids, one each) under the lock (:func:`probe_batch`): plan every row, stamp the slots
+        ids, one each) under the lock (:func:`probe_batch_for`): plan every row, stamp the slots
         the batch uses (a demand batch joins the set in flight until :meth:`_end`; a prefetch
         pins its slots in the kernel, until :meth:`release`), claim its misses' slots. Caller
         holds the lock."""
@@ -129,7 +129,7 @@ class DramCacheTier(CacheTier):
         is_miss = np.empty(u, dtype=np.bool_)
         waits = np.empty(u, dtype=np.int64)
         shared = np.empty(u, dtype=np.int64)
-        n_waits, n_shared = probe_batch(
+        n_waits, n_shared = probe_batch_for(self.directory._code)(
             keys, st,
             self._bypass if prefetch else self.directory._adm, self._slots, start, self._state,
             np.int64(self._epoch << 32), prefetch, ptr, is_miss, waits, shared,
