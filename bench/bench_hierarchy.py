@@ -307,8 +307,9 @@ def section_phases(path, batches, reps, policy, hit_rate) -> list[str]:
 
     patches = [(dram_cache, "unique_ranked", "dedup"), (dram_cache, "fill_rows", "fill"),
                (dram_cache, "compose", "slot pointers"), (dram_cache, "pool", "pool")]
-    saved = [(mod, name, getattr(mod, name)) for mod, name, _ in patches + [(dram_cache, "probe_batch_for", None)]]
     kernel_for = dram_cache.probe_batch_for  # the probe is compiled per policy: time the kernel it gives
+    saved = [(mod, name, getattr(mod, name)) for mod, name, _ in patches]
+    saved.append((dram_cache, "probe_batch_for", kernel_for))
     with sdm.Store.open(path, config=config) as store:
         cache = store._hierarchy._cache
         for b in batches:

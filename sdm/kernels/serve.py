@@ -7,8 +7,8 @@ the simulator replays, so the live cache and ``sdm.simulate`` count the same hit
 
 Rows live in the caller's ``slots`` buffer: rows ``[0, capacity)`` are cache slots, the rows
 after them scratch, of which each batch in flight owns a range starting at its
-``scratch_start``. After the batch probe (:func:`probe_batch_for`), ``ptr[j]`` is the row of ``slots`` that will
-hold id ``j``'s row for this batch, every ``ptr`` distinct:
+``scratch_start``. After the batch probe (:func:`probe_batch_for`), ``ptr[j]`` is the row of
+``slots`` that will hold id ``j``'s row for this batch, every ``ptr`` distinct:
 
 * a hit points at its slot;
 * an admitted miss points at the slot the policy gave it (filled by the caller after the
