@@ -36,7 +36,7 @@ run() {  # name config io-mode "rates" [model] [processes]
   echo "$name: $(uptime)" >> "$OUT/uptime.txt"
   # the machine's stalls: 8 s of spinning sees the rare long ones (1 s, the default, rarely does)
   $PY -m sdm host $TRACE --config "$config" --io-mode "$mode" --host this-machine --disk "$OUT/disk.toml" \
-      --platform-seconds 8 $workers --rate $rates $extra --json "$OUT/$name-host.json"
+      --platform-seconds 8 $live --rate $rates $extra --json "$OUT/$name-host.json"
   $PY -m sdm load $TRACE --config "$config" --io-mode "$mode" $live --duration "$DURATION" --rate $rates \
       --search $extra --json "$OUT/$name-load.json"
   echo "$name done: $(uptime)" >> "$OUT/uptime.txt"
@@ -48,7 +48,8 @@ run nand-4m "$OUT/nand-4m.toml" paced "5 10 20 40 80"
 run dram-rm2 dram paced "10 20 40 80" rm2
 run nand-4m-direct "$OUT/nand-4m.toml" direct "2 5 10 20"
 # process workers, one per core: no GIL between requests (each process has its own cache; the
-# device models are per process too). The host model has no GIL, so these are what it describes.
+# device models are per process too). The thread cases above are modeled by one process's
+# closed-loop thread curve (sdm.host.threads), these by the cores-and-devices simulation.
 run dram-processes dram paced "150 300 600 900" "" processes
 run sdm-3dxp-processes sdm-3dxp paced "100 200 400 600" "" processes
 run sdm-nand-processes sdm-nand paced "100 200 400 600" "" processes

@@ -25,10 +25,11 @@ def test_sdm_host_writes_the_contract(tmp_path, capsys):
 
 
 def test_sdm_host_rates_and_workers(tmp_path, capsys):
-    assert main(["host", TINY, "--config", "dram", "--rate", "50", "100", "--workers", "2", "--arrivals", "2000",
-                 "--dim", "8", "--json", "-"]) == 0
+    assert main(["host", TINY, "--config", "dram", "--rate", "50", "100", "--workers", "2", "--processes",
+                 "--arrivals", "2000", "--dim", "8", "--json", "-"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [c["offered_qps"] for c in data["curve"]] == [50.0, 100.0] and data["workers"] == 2
+    assert data["worker_kind"] == "processes" and data["profile"]["threads"] is None
 
 
 def test_sdm_host_bad_input(tmp_path, capsys):

@@ -33,9 +33,11 @@ def register(sub) -> None:
     p.add_argument("--sla-us", type=float, default=30_000.0, help="p99 SLA in us (default 30000)")
     p.add_argument("--rate", type=float, nargs="+", metavar="R",
                    help="offered rates of the curve, requests/s (default: around the QPS at the SLA)")
-    p.add_argument("--workers", type=int, help="at most N requests in service at once, as sdm load "
-                                               "--workers N --processes: the model has no GIL, so it "
-                                               "describes worker processes (default: no limit)")
+    p.add_argument("--workers", type=int, help="at most N requests in service at once, as sdm load --workers N: "
+                                               "N worker threads of one process (their GIL measured on this "
+                                               "machine, --host this-machine only), or with --processes N "
+                                               "worker processes (default: no limit)")
+    p.add_argument("--processes", action="store_true", help="the --workers are processes, as sdm load --processes")
     p.add_argument("--arrivals", type=int, default=100_000, help="simulated requests per rate (default 100000)")
     add_store_arguments(p)
     p.add_argument("--json", nargs="?", const="-", metavar="OUT",
@@ -53,6 +55,8 @@ def _host(args) -> int:
 
     for path in (args.json, args.plot):  # the output rule of every command (sdm.cli)
         check_output_file(path)
+    if args.processes and args.workers is None:
+        raise InvalidArgumentError("--processes describes the --workers; give --workers N")
     config = args.config if args.io_mode is None else with_io_mode(args.config, args.io_mode)
     host = args.host
     if args.platform_seconds is not None:
@@ -63,7 +67,7 @@ def _host(args) -> int:
     result = predict(args.trace, config, host, model=args.model, sla_us=args.sla_us, rates=args.rate,
                      workers=args.workers, arrivals=args.arrivals, seed=args.seed, dim=args.dim, fmt=args.fmt,
                      request_size=args.request_size, store=args.store, disk=args.disk,
-                     fit_model=args.fit_model)
+                     fit_model=args.fit_model, threads=args.workers is not None and not args.processes)
     data = {**result.to_json(), "cpu": cpu_model()}
     if args.plot:
         plot_host([result], args.plot)

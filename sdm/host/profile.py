@@ -46,6 +46,7 @@ from sdm.devices import get_device
 from sdm.errors import ConfigError, InvalidArgumentError
 from sdm.formats import check_format, row_bytes as row_bytes_of
 from sdm.host.spec import THIS_MACHINE, HostSpec, resolve_host
+from sdm.host.threads import ThreadCurve, measure_threads
 from sdm.policies import simulate
 from sdm.replay.live import DEFAULT_DIM, build_store, check_store_tables, make_model
 from sdm.replay.requests import KeyStream, check_request_size, iter_requests, key_stream
@@ -56,6 +57,7 @@ from sdm.tiers.clock import recorded_issues
 from sdm.tiers.metered import DeviceQueue
 from sdm.tiers.rowfile import HEADER_BYTES
 from sdm.trace.format import Trace, load
+from sdm.validate import check_int
 
 __all__ = ["RequestProfile", "Device", "device_of", "segment_block_ids", "UnsupportedHierarchy", "build_profile", "hit_rate_settles_after", "CONVERGED_WITHIN"]
 
@@ -153,6 +155,7 @@ class RequestProfile:
     batch_cold_ns: np.ndarray | None = None
     cold_issue_share: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     cold_issue_extra: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    threads: ThreadCurve | None = None
 
     @property
     def requests(self) -> int:
@@ -199,6 +202,7 @@ class RequestProfile:
                                       for a, b in zip(self.cold_issue_share, self.cold_issue_extra)],
                 "cold_core": [{"idle_us": float(g) / 1e3, "cpu_factor": float(f)}
                               for g, f in zip(self.cold_gap_ns, self.cold_factor)],
+                "threads": None if self.threads is None else self.threads.to_json(),
                 "devices": [{"name": d.name, "group": d.group, "latency_us": d.latency_ns / 1e3,
                              "units": d.units, "reads_per_request": float(reads[i])}
                             for i, d in enumerate(self.devices)]}
@@ -627,7 +631,8 @@ def _measure_cpu(tr, store_path, config, request_size, model, seed, fit_model=Fa
 
 def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str | None = None,
                   dim: int = DEFAULT_DIM, fmt: str = "fp32", request_size: int | None = None,
-                  store=None, seed: int = 0, workdir=None, disk=None, fit_model: bool = False) -> RequestProfile:
+                  store=None, seed: int = 0, workdir=None, disk=None, fit_model: bool = False,
+                  threads: int | None = None) -> RequestProfile:
     """Profile every request of ``trace`` (warm: its second pass) under ``config`` on ``host``.
 
     Args:
@@ -639,6 +644,8 @@ def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str |
         model: a DLRM preset (its dim wins over ``dim``): also profile the MLPs. The trace's
             tables must be the preset's unless ``fit_model`` (as :func:`sdm.replay.live.replay`).
         store: an existing store matching the trace's tables; None builds one (``dim``, ``fmt``).
+        threads: also measure one process's throughput with 1 to ``threads`` worker threads
+            (:func:`sdm.host.threads.measure_threads`), for thread workers; ``this-machine`` only.
 
     Raises:
         ConfigError: an unsupported hierarchy or host. InvalidArgumentError: an empty trace.
@@ -646,6 +653,11 @@ def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str |
     host = resolve_host(host, disk=disk)
     config = resolve_config(config)
     request_size = check_request_size(request_size)
+    if threads is not None:
+        threads = check_int(threads, "workers (threads)", lo=1, hi=256)
+        if host.name != THIS_MACHINE:
+            raise ConfigError(f"thread workers are measured on this machine (their GIL is one process's), so they "
+                              f"need host {THIS_MACHINE!r}, not {host.name!r}; model worker processes instead")
     if model is not None:
         from sdm.model import get_preset
 
@@ -687,6 +699,8 @@ def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str |
             emb, live, bottom, top, cold, issues = _measure_cpu(
                 tr, path, config, request_size, model, seed, fit_model, cold=host.name == THIS_MACHINE,
                 served="paced" if config.io_mode == "paced" else "modeled")
+            curve = None if threads is None else measure_threads(path, config, tr, request_size, threads,
+                                                                 model=model, seed=seed, fit_model=fit_model)
     finally:
         if tr is not trace:
             tr.close()
@@ -710,4 +724,4 @@ def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str |
         bottom_ns_per_sample=bottom / speed, top_ns_per_sample=top / speed,
         scm_block_ptr=batches[6], scm_block_ids=batches[7], cold_gap_ns=cold[0], cold_factor=cold[1],
         batch_after_ns=after / speed, batch_cold_ns=stretched / speed, cold_issue_share=share,
-        cold_issue_extra=extra)
+        cold_issue_extra=extra, threads=curve)

@@ -34,7 +34,9 @@ def host_markdown(r) -> str:
         _platform_line(p.host.platform),
         _cold_line(prof["cold_core"], p.io_mode, prof["reads_issue_after_us"]),
         f"- {r.arrivals:,} simulated Poisson arrivals per rate"
-        + ("" if r.workers is None else f", at most {r.workers} in service"), "",
+        + ("" if r.workers is None else f", at most {r.workers} in service"
+           + (" (threads of one process)" if r.threads else " (worker processes)")),
+        *([] if prof["threads"] is None else [_threads_line(prof["threads"])]), "",
         f"**QPS at SLA (p{s.percentile:g} <= {_us(s.sla_us)}): {s.qps:,.1f} requests/s**; bottleneck: "
         f"**{s.bottleneck}**; zero-load p{s.percentile:g} {_us(s.zero_load_us)}; saturation "
         f"{'-' if s.saturation_qps == float('inf') else f'{s.saturation_qps:,.1f}'}/s", "",
@@ -49,6 +51,11 @@ def host_markdown(r) -> str:
         lines.append(f"| {c.offered_qps:,.1f} | {_us(lat['p50'])} | {_us(lat['p95'])} | {_us(lat['p99'])} "
                      f"| {_us(lat['p999'])} | {c.utilization['cores']:.2f} |")
     return "\n".join(lines) + "\n"
+
+
+def _threads_line(curve) -> str:
+    return ("- one process's threads, closed loop: " + ", ".join(
+        f"{c['threads']} at {c['qps']:,.0f}/s ({_us(c['cpu_us_per_request'])} CPU each)" for c in curve))
 
 
 def _cold_line(cold, io_mode, issue) -> str:

@@ -15,6 +15,17 @@ it; with a ``paced`` profile a request's reads start with its embedding task, ea
 once the task's CPU work reaches it (the profile's issue points), as the live paced store
 issues them and waits once at the request's end.
 
+With ``threads``, the ``workers`` are threads of one process and the simulation is
+:func:`sdm.kernels.threadsim.simulate_threads` over the profile's measured
+:class:`~sdm.host.threads.ThreadCurve` instead: the process as one server whose speed
+depends on the requests in it (GIL, cores and devices together, as measured), each request's
+work its profiled CPU over the mean, a request that finds the process idle slowed by the
+cold-core factors. The platform's stalls and wake-ups are not drawn again (the closed-loop
+curve has them in its mean). Its utilization: ``cores`` from the curve's CPU per request,
+``workers`` the threads in service, ``gil`` the rate served over the process's throughput
+with every thread in service (the bottleneck ``gil`` when that is the busiest: the threads,
+not the cores, limit the rate).
+
 Utilization is busy time over the span of the arrivals: core busy time (stalls included) over ``cores x span``;
 with a limited pool of workers, the time requests held one over ``workers x span``;
 a device's reads x spacing (the unit-ns its reads held, over its units: :mod:`sdm.kernels.devqueue`)
@@ -31,6 +42,7 @@ import numpy as np
 from sdm.errors import InvalidArgumentError
 from sdm.host.profile import RequestProfile
 from sdm.kernels.hostsim import simulate_host
+from sdm.kernels.threadsim import simulate_threads
 from sdm.replay.queueing import PERCENTILES, SlaError, check_sla_us, percentile_of
 from sdm.validate import check_int, check_number
 
@@ -115,10 +127,17 @@ def _platform_draws(profile: RequestProfile, n: int, seed: int) -> tuple[np.ndar
 class HostSimulation:
     """Simulations of one host over ``profile``: ``cores`` (default the profile's host's) and
     at most ``workers`` requests in service at once (None: no limit, as a host whose every
-    request has a thread)."""
+    request has a worker process); with ``threads``, the ``workers`` are threads of one
+    process, simulated over the profile's thread curve (this module's docstring).
+
+    Raises:
+        InvalidArgumentError: ``threads`` without ``workers``, or more workers than the
+        profile's thread curve measured (or none).
+    """
 
     def __init__(self, profile: RequestProfile, *, arrivals: int = DEFAULT_ARRIVALS, seed: int = 0,
-                 cores: int | None = None, workers: int | None = None, warmup: float = _WARMUP):
+                 cores: int | None = None, workers: int | None = None, warmup: float = _WARMUP,
+                 threads: bool = False):
         self.profile = profile
         self.n = check_int(arrivals, "arrivals (simulated requests)", lo=1, hi=100_000_000)
         self.cores = profile.host.cores if cores is None else check_int(cores, "cores", lo=1)
@@ -141,10 +160,32 @@ class HostSimulation:
         self._machine = (np.bool_(p.io_mode == "paced"), after, cold, p.cold_gap_ns, p.cold_factor)
         self.groups = _groups(profile)
         self.runs = 0  # simulations run so far
+        self.threads = bool(threads)
+        if self.threads:
+            self._thread_arrays(profile)
         self._load_kernel()
+
+    def _thread_arrays(self, p: RequestProfile) -> None:
+        curve = p.threads
+        if self.workers == 0:
+            raise InvalidArgumentError("thread workers need a number of workers (workers=N)")
+        if curve is None or curve.workers < self.workers:
+            got = "no thread curve" if curve is None else f"a thread curve to {curve.workers} threads"
+            raise InvalidArgumentError(f"{self.workers} thread workers need the profile measured with "
+                                       f"threads >= {self.workers}; it has {got}")
+        self.rate_of_k = curve.rate_of_k(self.workers)
+        self.cpu_of_k = curve.cpu_of_k(self.workers)
+        cost = p.cpu_emb_ns + p.cpu_bottom_ns + p.cpu_top_ns
+        mean = float(cost.mean())
+        self.work = cost / mean if mean > 0 else np.ones_like(cost)
+        self.k_busy = np.zeros(self.workers + 1)
 
     def _load_kernel(self) -> None:
         """Compile (or load) the kernel on one toy arrival, so no timed run pays for it."""
+        if self.threads:
+            simulate_threads(np.zeros(1), self.work, self.rate_of_k, np.int64(self.workers),
+                             self.profile.cold_gap_ns, self.profile.cold_factor, np.empty(1), self.k_busy.copy())
+            return
         simulate_host(np.zeros(1), *self._args, np.int64(1), np.int64(0), np.zeros((1, 3)), np.zeros((1, 2)),
                       *self._machine, np.empty(1), self.reads.copy(), self.busy.copy())
 
@@ -154,11 +195,16 @@ class HostSimulation:
         """Latency (ns) of every arrival at ``rate_per_s``, warm-up included ``(N,)``."""
         arrivals = self.gaps * (1e9 / rate_per_s)
         self.runs += 1
+        self.span_ns = max(float(arrivals[-1]), 1.0)
+        if self.threads:
+            p = self.profile
+            self.last_ns = simulate_threads(arrivals, self.work, self.rate_of_k, np.int64(self.workers),
+                                            p.cold_gap_ns, p.cold_factor, self.latency_ns, self.k_busy)
+            return self.latency_ns
         self.last_ns = simulate_host(arrivals, *self._args, np.int64(self.cores),
                                      np.int64(self.workers), self.stall_ns, self.wake_ns, *self._machine,
                                      self.latency_ns,
                                      self.reads, self.busy)
-        self.span_ns = max(float(arrivals[-1]), 1.0)
         return self.latency_ns
 
     def measured(self) -> np.ndarray:
@@ -169,14 +215,21 @@ class HostSimulation:
         self.run(rate)
         measured = self.measured()
         lat = [percentile_of(measured, q) for q in PERCENTILES.values()]  # sdm's one definition
+        achieved = self.n / (self.last_ns - 0.0) * 1e9 if self.last_ns > 0 else 0.0
+        latency_us = {k: float(v) / 1e3 for k, v in zip(PERCENTILES, lat)}
+        if self.threads:
+            served = self.k_busy * self.rate_of_k  # requests served with k in service
+            util = {"cores": float(served @ self.cpu_of_k) / (self.cores * self.span_ns),
+                    "workers": float(self.k_busy @ np.arange(self.workers + 1)) / (self.workers * self.span_ns),
+                    "gil": float(served.sum()) / (float(self.rate_of_k[-1]) * self.span_ns)}
+            return SimPoint(rate, latency_us, util, {}, achieved)
         util = {"cores": float(self.busy[-2]) / (self.cores * self.span_ns)}
         if self.workers > 0:  # a pool of workers is a resource too (sdm load --workers)
             util["workers"] = float(self.busy[-1]) / (self.workers * self.span_ns)
         per_device = {d.name: float(self.busy[i]) / self.span_ns for i, d in enumerate(self.profile.devices)}
         for name, idx in self.groups.items():
             util[name] = max(float(self.busy[i]) / self.span_ns for i in idx)
-        achieved = self.n / (self.last_ns - 0.0) * 1e9 if self.last_ns > 0 else 0.0
-        return SimPoint(rate, {k: float(v) / 1e3 for k, v in zip(PERCENTILES, lat)}, util, per_device, achieved)
+        return SimPoint(rate, latency_us, util, per_device, achieved)
 
     def percentile_ns(self, rate_per_s: float, q: float) -> float:
         self.run(rate_per_s)
@@ -185,7 +238,11 @@ class HostSimulation:
     # -- capacity and the SLA -----------------------------------------------------------
 
     def demand_ns(self) -> dict:
-        """Resource name -> work per request (ns): core time / cores, device work per device."""
+        """Resource name -> work per request (ns): core time / cores, device work per device;
+        with threads, ``gil``: the process's time per request with every thread in service,
+        as under a queue (fewer in service may serve faster, but a queue fills them all)."""
+        if self.threads:
+            return {"gil": 1.0 / float(self.rate_of_k[-1])}
         p = self.profile
         out = {"cores": (p.cpu_ns_per_request() + float(self.stall_ns.sum()) / self.n) / self.cores}
         reads = p.reads_per_request()
@@ -231,7 +288,8 @@ class HostSimulation:
 
     def bottleneck(self, point: SimPoint | None) -> str:
         """The busiest resource at ``point``: ``cores``, ``dram bandwidth``, ``<tier> tier`` or,
-        with a limited pool, ``workers`` (each blocked in its request's reads); the latency floor when there is no point or no resource is :data:`BUSY` busy."""
+        with a limited pool, ``workers`` (each blocked in its request's reads), with threads
+        ``gil``; the latency floor when there is no point or no resource is :data:`BUSY` busy."""
         if point is None or max(point.utilization.values()) < BUSY:
             return LATENCY_FLOOR
         return max(point.utilization, key=point.utilization.get)

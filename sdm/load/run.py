@@ -61,7 +61,7 @@ from sdm.tiers.clock import Timeline, on_timeline, wait_until_ns
 from sdm.trace.format import Trace, load
 from sdm.validate import check_int, check_number
 
-__all__ = ["load_test", "LoadResult", "LoadPoint", "cpu_model"]
+__all__ = ["load_test", "LoadResult", "LoadPoint", "cpu_model", "closed_loop"]
 
 _WARM_REQUESTS = 4096
 _MAX_REQUESTS_PER_RATE = 2_000_000
@@ -391,18 +391,68 @@ class _Runner:
                 errors.append(exc)
 
         threads = [threading.Thread(target=serve, daemon=True) for _ in range(self.workers)]
-        interval = sys.getswitchinterval()
-        sys.setswitchinterval(min(interval, _SWITCH_INTERVAL_S))
-        cpu0 = time.process_time_ns()
-        t0 = time.perf_counter_ns() + 2_000_000  # 2 ms for the threads to get going
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        sys.setswitchinterval(interval)
+        with _thread_switching():
+            cpu0 = time.process_time_ns()
+            t0 = time.perf_counter_ns() + 2_000_000  # 2 ms for the threads to get going
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
         if errors:
             raise errors[0]
         return done - arrivals, done, time.process_time_ns() - cpu0
+
+
+@contextmanager
+def _thread_switching():
+    """CPython's switch interval at most :data:`_SWITCH_INTERVAL_S` inside the block."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(min(interval, _SWITCH_INTERVAL_S))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(interval)
+
+
+def closed_loop(store, net, works: list, threads: int, seconds: float, *, settle_s: float = 0.2) -> tuple:
+    """``(requests/s, process CPU ns per request)`` of ``threads`` worker threads serving
+    ``works`` back to back, in order and cycled, over ``store`` (with ``net``, its forward),
+    as ``sdm load``'s thread workers serve them (the same switch interval; the caller freezes
+    the heap and sets BLAS's threads as a load test does). Counted over ``seconds`` after
+    ``settle_s``: the requests that completed in that window, and the process's CPU time in it.
+
+    The host model's thread workers (:mod:`sdm.host.threads`) rest on this curve.
+    """
+    threads = check_int(threads, "threads", lo=1, hi=256)
+    claim = itertools.count().__next__  # atomic under the GIL
+    ends: list[list[int]] = [[] for _ in range(threads)]
+    errors: list[BaseException] = []
+    start = time.perf_counter_ns()
+    w0 = start + int(settle_s * 1e9)
+    w1 = w0 + int(seconds * 1e9)
+
+    def serve(mine: list) -> None:
+        try:
+            while time.perf_counter_ns() < w1:
+                _serve(store, net, works[claim() % len(works)])
+                mine.append(time.perf_counter_ns())
+        except BaseException as exc:  # reported after the run, never lost
+            errors.append(exc)
+
+    pool = [threading.Thread(target=serve, args=(ends[t],), daemon=True) for t in range(threads)]
+    with _thread_switching():
+        for t in pool:
+            t.start()
+        time.sleep(max(w0 - time.perf_counter_ns(), 0) / 1e9)
+        cpu0 = time.process_time_ns()
+        time.sleep(max(w1 - time.perf_counter_ns(), 0) / 1e9)
+        cpu = time.process_time_ns() - cpu0
+        for t in pool:
+            t.join()
+    if errors:
+        raise errors[0]
+    done = sum(1 for mine in ends for t in mine if w0 <= t < w1)
+    return done / seconds, cpu / max(done, 1)
 
 
 def _claimed(arrivals: np.ndarray, t0: int, claim):

@@ -1,0 +1,109 @@
+"""Thread workers: one process's throughput by requests in service, measured closed-loop.
+
+``sdm load``'s default workers are threads of one process. They share its GIL: the Python
+around each kernel runs one thread at a time, and CPython hands the GIL over every switch
+interval, so more threads cost more CPU each and can serve fewer requests. The host
+simulation's cores and devices (:mod:`sdm.kernels.hostsim`) have no GIL; they describe worker
+processes. For threads the profile measures the process itself instead: its throughput and
+CPU per request with ``k`` threads serving the trace back to back
+(:func:`sdm.load.run.closed_loop`, the same serving code and switch interval as ``sdm
+load``), and the simulation treats the process as a server whose speed depends on the number
+of requests in it (:mod:`sdm.kernels.threadsim`).
+
+Measured so on the AMD EPYC VM (bundled trace, ``sdm-nand`` paced, 1 s per count): 651
+requests/s with one thread, 745 with two, then 621, 525, 459 and 477 with 3, 4, 6 and 8, at
+1.1, 2.0, 2.3, 2.7, 2.9 and 2.8 ms of process CPU per request.
+
+The curve is this machine's: a host other than ``this-machine`` has no thread workers.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from sdm.validate import check_int
+
+__all__ = ["ThreadCurve", "thread_counts", "measure_threads", "MEASURE_S"]
+
+#: Seconds each thread count is counted over (after a settling 0.2 s).
+MEASURE_S = 1.0
+
+
+@dataclass(frozen=True)
+class ThreadCurve:
+    """``threads`` ``(K,)`` int64, ascending from 1: the thread counts measured; ``qps``
+    ``(K,)`` float64: requests per second the process completed with that many serving back
+    to back; ``cpu_ns`` ``(K,)`` float64: its CPU time per request (every thread's)."""
+
+    threads: np.ndarray
+    qps: np.ndarray
+    cpu_ns: np.ndarray
+
+    @property
+    def workers(self) -> int:
+        """The most threads measured."""
+        return int(self.threads[-1])
+
+    def _of_k(self, values: np.ndarray, workers: int) -> np.ndarray:
+        out = np.empty(workers + 1)
+        out[1:] = np.interp(np.arange(1, workers + 1), self.threads, values)
+        out[0] = out[1]  # unused: nothing is served with none in service
+        return out
+
+    def rate_of_k(self, workers: int) -> np.ndarray:
+        """``(workers + 1,)`` float64 requests per ns with ``k`` in service (linear between
+        the counts measured)."""
+        return self._of_k(self.qps / 1e9, workers)
+
+    def cpu_of_k(self, workers: int) -> np.ndarray:
+        """``(workers + 1,)`` float64 process CPU ns per request with ``k`` in service."""
+        return self._of_k(self.cpu_ns, workers)
+
+    def to_json(self) -> list:
+        return [{"threads": int(k), "qps": float(q), "cpu_us_per_request": float(c) / 1e3}
+                for k, q, c in zip(self.threads, self.qps, self.cpu_ns)]
+
+
+def thread_counts(workers: int) -> list[int]:
+    """The thread counts measured for ``workers``: every count to 4, then about 1.5x apart, and
+    ``workers`` itself (1, 2, 3, 4, 6, 8 for 8)."""
+    workers = check_int(workers, "workers", lo=1, hi=256)
+    counts, k = [], 1
+    while k < workers:
+        counts.append(k)
+        k = k + 1 if k < 4 else max(k + 1, int(k * 1.5))
+    return counts + [workers]
+
+
+def measure_threads(store_path, config, trace, request_size, workers: int, *, model: str | None = None,
+                    seed: int = 0, fit_model: bool = False, seconds: float = MEASURE_S) -> ThreadCurve:
+    """The :class:`ThreadCurve` of ``workers`` threads serving ``trace`` over the store at
+    ``store_path`` under ``config`` (its IO mode), with ``model``'s forward as ``sdm load
+    --model`` runs it: each count of :func:`thread_counts` closed-loop for ``seconds``, in
+    one process whose store was warmed as a load test's is, its heap frozen, BLAS on the
+    threads' share of the cores."""
+    from sdm.host.blas import blas_threads
+    from sdm.load.run import _WARM_REQUESTS, _blas_share, _frozen_heap, _serve, _with_dense, _works, closed_loop
+    from sdm.replay.live import check_store_tables, make_model
+    from sdm.store.store import Store
+
+    counts = thread_counts(workers)
+    with Store.open(os.fspath(store_path), config=config) as st:
+        works = _works(trace, check_store_tables(st, trace.table_sizes), request_size)
+        net = make_model(model, st, seed, trace.table_sizes, fit=fit_model) if model is not None else None
+        try:
+            if net is not None:
+                works = [_with_dense(w, net, seed + i) for i, w in enumerate(works)]
+            with blas_threads(_blas_share(workers)):
+                for work in works[:_WARM_REQUESTS]:
+                    _serve(st, net, work)
+                with _frozen_heap():
+                    runs = [closed_loop(st, net, works, k, seconds) for k in counts]
+        finally:
+            if net is not None:
+                net.close()
+    return ThreadCurve(np.asarray(counts, dtype=np.int64), np.array([q for q, _ in runs]),
+                       np.array([c for _, c in runs]))

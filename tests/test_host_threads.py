@@ -1,0 +1,150 @@
+"""Thread workers in the host model: the load-dependent processor-sharing kernel against a
+slow reference and closed-form queueing results (M/M/1, M/M/infinity, M/M/1-PS), the
+closed-loop curve it rests on, and how the host simulation and ``sdm host`` use it."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reference_threadsim import simulate as reference_simulate
+from sdm.cli import main
+from sdm.errors import ConfigError, InvalidArgumentError
+from sdm.host.profile import build_profile
+from sdm.host.simulate import HostSimulation
+from sdm.host.threads import ThreadCurve, thread_counts
+from sdm.kernels.threadsim import simulate_threads
+from test_host_sim import _profile
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = str(ROOT / "traces" / "tiny-zipf.npz")
+NONE = np.zeros(0)
+
+
+def _run(arrivals, work, rate_of_k, workers, gap=NONE, factor=NONE):
+    latency, busy = np.empty(len(arrivals)), np.empty(workers + 1)
+    last = simulate_threads(np.asarray(arrivals, float), np.asarray(work, float), np.asarray(rate_of_k, float),
+                            np.int64(workers), gap, factor, latency, busy)
+    return latency, busy, last
+
+
+@settings(max_examples=150, deadline=None)
+@given(gaps=st.lists(st.integers(0, 40), min_size=1, max_size=40),
+       work=st.lists(st.integers(1, 30), min_size=1, max_size=6),
+       rates=st.lists(st.integers(1, 9), min_size=4, max_size=4), workers=st.integers(1, 4),
+       cold=st.booleans())
+def test_the_kernel_matches_the_reference(gaps, work, rates, workers, cold):
+    arrivals = np.cumsum(np.asarray(gaps, dtype=np.float64))
+    rate_of_k = np.asarray([1.0] + rates[:workers], dtype=np.float64) / 10.0
+    gap, factor = (np.array([0.0, 20.0]), np.array([1.0, 2.0])) if cold else (NONE, NONE)
+    got, busy, last = _run(arrivals, work, rate_of_k, workers, gap, factor)
+    want = reference_simulate(arrivals, work, rate_of_k, workers, gap, factor)
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-6)
+    assert last == pytest.approx(float(np.max(arrivals + want)))
+    assert busy[0] == 0.0 and busy.sum() <= last + 1e-6
+
+
+def _poisson(n, rate, seed=0):
+    return np.cumsum(np.random.default_rng(seed).exponential(1.0 / rate, n))
+
+
+def test_one_thread_at_constant_speed_is_mm1():
+    """W = 1: first come first served, exponential work: the response time is exponential
+    with rate mu - lambda (its q-quantile -ln(1 - q) / (mu - lambda))."""
+    n, lam, mu = 1_000_000, 0.6, 1.0
+    work = np.random.default_rng(1).exponential(1.0, n)
+    latency, _, _ = _run(_poisson(n, lam), work, [mu, mu], 1)
+    for q in (0.5, 0.95, 0.99):
+        assert np.quantile(latency[n // 100:], q) == pytest.approx(-math.log(1 - q) / (mu - lam), rel=0.02)
+
+
+def test_a_rate_per_thread_is_an_infinite_server():
+    """rate(k) = k mu: each request runs at mu however many share the process, so its latency is
+    its own work over mu, exactly (M/M/infinity while the threads suffice)."""
+    n, workers = 20_000, 64
+    work = np.random.default_rng(2).exponential(1.0, n)
+    rate_of_k = 0.5 * np.arange(workers + 1, dtype=float)
+    latency, _, _ = _run(_poisson(n, 1.0), work, rate_of_k, workers)
+    np.testing.assert_allclose(latency, work / 0.5, rtol=1e-9, atol=1e-9)  # float residue of shared steps
+
+
+def test_a_constant_rate_shared_is_mm1_processor_sharing():
+    """rate(k) = mu, threads enough: M/M/1-PS, whose mean response time is 1 / (mu - lambda)
+    whatever the work's distribution (here constant)."""
+    n, lam, mu, workers = 1_000_000, 0.7, 1.0, 256
+    latency, busy, _ = _run(_poisson(n, lam), [1.0], np.full(workers + 1, mu), workers)
+    assert latency[n // 100:].mean() == pytest.approx(1.0 / (mu - lam), rel=0.02)
+    assert busy[1:].sum() / busy.sum() == pytest.approx(1.0)
+
+
+def test_a_request_that_finds_the_process_idle_runs_cold():
+    """Requests far apart: each stretched by the factor at the idle gap the one before left."""
+    arrivals = np.arange(5) * 1_000.0
+    latency, _, _ = _run(arrivals, [10.0], [1.0, 1.0], 1, np.array([0.0, 2_000.0]), np.array([1.0, 3.0]))
+    want = [10.0]  # the first finds the process idle since 0, at its own arrival
+    for _ in range(4):
+        want.append(10.0 * (1.0 + 2.0 * (1_000.0 - want[-1]) / 2_000.0))
+    np.testing.assert_allclose(latency, want)
+
+
+def test_the_curve_interpolates_between_the_counts_measured():
+    curve = ThreadCurve(np.array([1, 2, 4]), np.array([100.0, 200.0, 100.0]), np.array([1e6, 2e6, 4e6]))
+    np.testing.assert_allclose(curve.rate_of_k(4)[1:] * 1e9, [100, 200, 150, 100])
+    np.testing.assert_allclose(curve.cpu_of_k(3)[1:], [1e6, 2e6, 3e6])
+    assert thread_counts(8) == [1, 2, 3, 4, 6, 8] and thread_counts(1) == [1]
+    assert thread_counts(32) == [1, 2, 3, 4, 6, 9, 13, 19, 28, 32]
+
+
+def _threaded(qps, cpu_ms=1.0):
+    p = _profile([1e6, 3e6], cores=2)
+    k = np.arange(1, len(qps) + 1)
+    p.threads = ThreadCurve(k, np.asarray(qps, float), np.full(len(qps), cpu_ms * 1e6))
+    return p
+
+
+def test_the_host_simulation_over_a_thread_curve():
+    p = _threaded([500.0, 800.0, 400.0])
+    sim = HostSimulation(p, arrivals=20_000, workers=3, threads=True, seed=5)
+    assert sim.saturation_qps() == pytest.approx(400.0)
+    sla = sim.qps_at_sla(50_000.0)
+    assert 0 < sla.qps < 800 and sla.bottleneck == "gil"
+    again = HostSimulation(p, arrivals=20_000, workers=3, threads=True, seed=5).qps_at_sla(50_000.0)
+    assert again.qps == sla.qps  # deterministic for a seed
+    low = sim.point(10.0)  # one at a time: mean latency is the mean work over one thread's speed
+    assert low.latency_us["p50"] == pytest.approx(1e6 / 500.0, rel=0.5)
+    assert 0 < low.utilization["cores"] < low.utilization["gil"] < 0.1
+
+
+def test_thread_workers_need_a_curve_long_enough():
+    p = _threaded([500.0, 800.0])
+    with pytest.raises(InvalidArgumentError, match="workers"):
+        HostSimulation(p, threads=True)
+    with pytest.raises(InvalidArgumentError, match="threads >= 3"):
+        HostSimulation(p, workers=3, threads=True)
+    with pytest.raises(InvalidArgumentError, match="no thread curve"):
+        HostSimulation(_profile([1e6]), workers=1, threads=True)
+
+
+def test_the_profile_measures_the_curve_on_this_machine_only(tmp_path):
+    p = build_profile(TINY, "dram", "this-machine", dim=8, workdir=str(tmp_path), threads=2)
+    assert p.threads is not None and p.threads.threads.tolist() == [1, 2]
+    assert (p.threads.qps > 0).all() and (p.threads.cpu_ns > 0).all()
+    assert p.summary()["threads"][1]["threads"] == 2
+    with pytest.raises(ConfigError, match="this-machine"):
+        build_profile(TINY, "dram", "2-socket", dim=8, workdir=str(tmp_path), threads=2)
+
+
+def test_sdm_host_thread_and_process_workers(capsys):
+    assert main(["host", TINY, "--config", "dram", "--rate", "50", "--workers", "2", "--arrivals", "2000",
+                 "--dim", "8", "--json", "-"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["worker_kind"] == "threads" and [t["threads"] for t in data["profile"]["threads"]] == [1, 2]
+    assert set(data["curve"][0]["utilization"]) == {"cores", "workers", "gil"}
+    assert main(["host", TINY, "--processes", "--dim", "8", "--arrivals", "100"]) == 2
+    assert "--workers" in capsys.readouterr().err
