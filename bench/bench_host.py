@@ -2,7 +2,8 @@
 
 1. Speed: the QPS at the SLA (bisection over simulations of 100K Poisson arrivals) for the
    bundled trace's warm ``sdm-nand`` profile on ``this-machine``, after the kernel is loaded;
-   and how many device reads per second the simulation handles.
+   and how many device reads per second the simulation handles. Again with 8 thread workers
+   (the process's measured thread curve).
 2. The ``2-socket`` host preset (40 cores, 10% of the table bytes as DRAM cache, 8 SCM
    devices, 51 GB/s DRAM) serving ``dram``, ``sdm-nand`` and ``sdm-3dxp`` on a
    meta-2021-shaped and an rm2-shaped trace (generated, rows shrunk so the live store that
@@ -42,15 +43,18 @@ QUICK_TRACES = (("meta-2021-shaped", "meta-2021", dict(table_size="5000", batch_
 
 
 def speed(trace: str, arrivals: int, sla_us: float, tmp: str) -> None:
-    profile = build_profile(trace, "sdm-nand", "this-machine", workdir=tmp)
-    sim = HostSimulation(profile, arrivals=arrivals)
-    t0 = time.perf_counter()
-    sla = sim.qps_at_sla(sla_us)
-    seconds = time.perf_counter() - t0
-    reads = sim.runs * sim.n * profile.reads_per_request().sum()
-    events = sim.runs * sim.n
-    print(f"| {os.path.basename(trace)} | sdm-nand | {arrivals:,} | {sim.runs} | {seconds:.2f} s "
-          f"| {sla.qps:,.1f} | {reads / seconds:,.3g} | {events / seconds:,.3g} |")
+    """Both simulations over one profile: cores and devices (a worker per request), and 8
+    thread workers over the process's measured curve (which simulates no device reads)."""
+    profile = build_profile(trace, "sdm-nand", "this-machine", workdir=tmp, threads=8)
+    for label, sim in (("sdm-nand", HostSimulation(profile, arrivals=arrivals)),
+                       ("sdm-nand, 8 threads", HostSimulation(profile, arrivals=arrivals, workers=8, threads=True))):
+        t0 = time.perf_counter()
+        sla = sim.qps_at_sla(sla_us)
+        seconds = time.perf_counter() - t0
+        reads = 0 if sim.threads else sim.runs * sim.n * profile.reads_per_request().sum()
+        events = sim.runs * sim.n
+        print(f"| {os.path.basename(trace)} | {label} | {arrivals:,} | {sim.runs} | {seconds:.2f} s "
+              f"| {sla.qps:,.1f} | {reads / seconds:,.3g} | {events / seconds:,.3g} |")
 
 
 def two_socket(traces, arrivals: int, sla_us: float, tmp: str) -> None:

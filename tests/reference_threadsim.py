@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 
-def simulate(arrivals, work, rate_of_k, workers, cold_gap=(), cold_factor=()):
+def simulate(arrivals, work, rate_of_k, workers, cold_gap=(), cold_factor=(), cpu_share=1.0):
     """Latency (ns) of every arrival (see :mod:`sdm.kernels.threadsim`)."""
     n = len(arrivals)
     latency = np.zeros(n)
@@ -36,6 +36,7 @@ def simulate(arrivals, work, rate_of_k, workers, cold_gap=(), cold_factor=()):
             r = waiting.pop(0)
             w = work[r % len(work)]
             if not in_service and len(cold_gap):
-                w *= np.interp(now - idle_since, cold_gap, cold_factor)
+                slower = np.interp(now - idle_since, cold_gap, cold_factor) - 1.0  # on the CPU share only
+                w *= 1.0 + cpu_share * slower
             in_service[r] = w
     return latency

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from sdm.host.profile import build_profile
 from sdm.host.simulate import HostSimulation
 from sdm.host.threads import ThreadCurve, thread_counts
 from sdm.kernels.threadsim import simulate_threads
+from sdm.load.run import _Work, closed_loop
 from test_host_sim import _profile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,10 +29,10 @@ TINY = str(ROOT / "traces" / "tiny-zipf.npz")
 NONE = np.zeros(0)
 
 
-def _run(arrivals, work, rate_of_k, workers, gap=NONE, factor=NONE):
+def _run(arrivals, work, rate_of_k, workers, gap=NONE, factor=NONE, cpu_share=1.0):
     latency, busy = np.empty(len(arrivals)), np.empty(workers + 1)
     last = simulate_threads(np.asarray(arrivals, float), np.asarray(work, float), np.asarray(rate_of_k, float),
-                            np.int64(workers), gap, factor, latency, busy)
+                            np.int64(workers), gap, factor, cpu_share, latency, busy)
     return latency, busy, last
 
 
@@ -38,13 +40,13 @@ def _run(arrivals, work, rate_of_k, workers, gap=NONE, factor=NONE):
 @given(gaps=st.lists(st.integers(0, 40), min_size=1, max_size=40),
        work=st.lists(st.integers(1, 30), min_size=1, max_size=6),
        rates=st.lists(st.integers(1, 9), min_size=4, max_size=4), workers=st.integers(1, 4),
-       cold=st.booleans())
-def test_the_kernel_matches_the_reference(gaps, work, rates, workers, cold):
+       cold=st.booleans(), cpu_share=st.sampled_from([0.0, 0.3, 1.0]))
+def test_the_kernel_matches_the_reference(gaps, work, rates, workers, cold, cpu_share):
     arrivals = np.cumsum(np.asarray(gaps, dtype=np.float64))
     rate_of_k = np.asarray([1.0] + rates[:workers], dtype=np.float64) / 10.0
     gap, factor = (np.array([0.0, 20.0]), np.array([1.0, 2.0])) if cold else (NONE, NONE)
-    got, busy, last = _run(arrivals, work, rate_of_k, workers, gap, factor)
-    want = reference_simulate(arrivals, work, rate_of_k, workers, gap, factor)
+    got, busy, last = _run(arrivals, work, rate_of_k, workers, gap, factor, cpu_share)
+    want = reference_simulate(arrivals, work, rate_of_k, workers, gap, factor, cpu_share)
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-6)
     assert last == pytest.approx(float(np.max(arrivals + want)))
     assert busy[0] == 0.0 and busy.sum() <= last + 1e-6
@@ -84,13 +86,15 @@ def test_a_constant_rate_shared_is_mm1_processor_sharing():
 
 
 def test_a_request_that_finds_the_process_idle_runs_cold():
-    """Requests far apart: each stretched by the factor at the idle gap the one before left."""
+    """Requests far apart: each stretched by the factor at the idle gap the one before left,
+    on its CPU share only."""
     arrivals = np.arange(5) * 1_000.0
-    latency, _, _ = _run(arrivals, [10.0], [1.0, 1.0], 1, np.array([0.0, 2_000.0]), np.array([1.0, 3.0]))
-    want = [10.0]  # the first finds the process idle since 0, at its own arrival
-    for _ in range(4):
-        want.append(10.0 * (1.0 + 2.0 * (1_000.0 - want[-1]) / 2_000.0))
-    np.testing.assert_allclose(latency, want)
+    for share in (1.0, 0.25):
+        latency, _, _ = _run(arrivals, [10.0], [1.0, 1.0], 1, np.array([0.0, 2_000.0]), np.array([1.0, 3.0]), share)
+        want = [10.0]  # the first finds the process idle since 0, at its own arrival
+        for _ in range(4):
+            want.append(10.0 * (1.0 + share * 2.0 * (1_000.0 - want[-1]) / 2_000.0))
+        np.testing.assert_allclose(latency, want)
 
 
 def test_the_curve_interpolates_between_the_counts_measured():
@@ -99,6 +103,30 @@ def test_the_curve_interpolates_between_the_counts_measured():
     np.testing.assert_allclose(curve.cpu_of_k(3)[1:], [1e6, 2e6, 3e6])
     assert thread_counts(8) == [1, 2, 3, 4, 6, 8] and thread_counts(1) == [1]
     assert thread_counts(32) == [1, 2, 3, 4, 6, 9, 13, 19, 28, 32]
+
+
+class _SleepyStore:
+    """A store whose every request takes ``seconds`` of wall time asleep (the GIL released)."""
+
+    def __init__(self, seconds, fail=False):
+        self.seconds, self.fail = seconds, fail
+
+    def embedding_bags(self, bags):
+        if self.fail:
+            raise OSError("device gone")
+        time.sleep(self.seconds)
+
+
+def test_closed_loop_counts_a_window_and_waits_for_slow_requests():
+    """Two threads, 50 ms requests, a 10 ms window: the window stays open until four requests
+    completed in it, so the rate is two threads' 40/s, not a count of zero."""
+    works = [_Work({}, None, 1)]
+    qps, cpu = closed_loop(_SleepyStore(0.05), None, works, 2, 0.01, settle_s=0.0)
+    assert 25 < qps < 45 and 0 <= cpu < 5e6
+    with pytest.raises(OSError, match="device gone"):
+        closed_loop(_SleepyStore(0.0, fail=True), None, works, 2, 0.01)
+    with pytest.raises(InvalidArgumentError, match="threads"):
+        closed_loop(_SleepyStore(0.0), None, works, 0, 0.01)
 
 
 def _threaded(qps, cpu_ms=1.0):

@@ -20,7 +20,8 @@ With ``threads``, the ``workers`` are threads of one process and the simulation 
 :class:`~sdm.host.threads.ThreadCurve` instead: the process as one server whose speed
 depends on the requests in it (GIL, cores and devices together, as measured), each request's
 work its profiled CPU over the mean, a request that finds the process idle slowed by the
-cold-core factors. The platform's stalls and wake-ups are not drawn again (the closed-loop
+cold-core factors (on its CPU share: the curve's CPU per request over its time per request
+with one thread). The platform's stalls and wake-ups are not drawn again (the closed-loop
 curve has them in its mean). Its utilization: ``cores`` from the curve's CPU per request,
 ``workers`` the threads in service, ``gil`` the rate served over the process's throughput
 with every thread in service (the bottleneck ``gil`` when that is the busiest: the threads,
@@ -178,13 +179,16 @@ class HostSimulation:
         cost = p.cpu_emb_ns + p.cpu_bottom_ns + p.cpu_top_ns
         mean = float(cost.mean())
         self.work = cost / mean if mean > 0 else np.ones_like(cost)
+        # Of a request served alone, the share that is CPU (the cold factors stretch only that).
+        self.cpu_share = min(1.0, float(self.cpu_of_k[1] * self.rate_of_k[1]))
         self.k_busy = np.zeros(self.workers + 1)
 
     def _load_kernel(self) -> None:
         """Compile (or load) the kernel on one toy arrival, so no timed run pays for it."""
         if self.threads:
             simulate_threads(np.zeros(1), self.work, self.rate_of_k, np.int64(self.workers),
-                             self.profile.cold_gap_ns, self.profile.cold_factor, np.empty(1), self.k_busy.copy())
+                             self.profile.cold_gap_ns, self.profile.cold_factor, self.cpu_share, np.empty(1),
+                             self.k_busy.copy())
             return
         simulate_host(np.zeros(1), *self._args, np.int64(1), np.int64(0), np.zeros((1, 3)), np.zeros((1, 2)),
                       *self._machine, np.empty(1), self.reads.copy(), self.busy.copy())
@@ -199,7 +203,8 @@ class HostSimulation:
         if self.threads:
             p = self.profile
             self.last_ns = simulate_threads(arrivals, self.work, self.rate_of_k, np.int64(self.workers),
-                                            p.cold_gap_ns, p.cold_factor, self.latency_ns, self.k_busy)
+                                            p.cold_gap_ns, p.cold_factor, self.cpu_share, self.latency_ns,
+                                            self.k_busy)
             return self.latency_ns
         self.last_ns = simulate_host(arrivals, *self._args, np.int64(self.cores),
                                      np.int64(self.workers), self.stall_ns, self.wake_ns, *self._machine,

@@ -12,9 +12,10 @@ queueing theory, here with the measured curve).
 A request ``n`` arrives at ``arrivals[n]`` and is profiled request ``r = n % R`` with
 ``work[r]`` units. At most ``workers`` are in service; the others wait first come first
 served. A request that starts while none is in service, after the process was idle ``g`` ns,
-has ``interp(g, cold_gap_ns, cold_factor)`` times its work (a cold process: the profile's
-cold-core factors); with others in service the process is warm. Ties: an arrival at the
-instant of a completion is taken first. A run is a deterministic function of its inputs.
+takes ``1 + cpu_share x (f - 1)`` times its work, ``f = interp(g, cold_gap_ns,
+cold_factor)``: the profile's cold-core factors stretch CPU time, and ``cpu_share`` of a
+request served alone is CPU (the rest is waiting on devices). With others in service the
+process is warm. Ties: an arrival at the instant of a completion is taken first. A run is a deterministic function of its inputs.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ __all__ = ["simulate_threads"]
 
 
 @jit
-def simulate_threads(arrivals, work, rate_of_k, workers, cold_gap_ns, cold_factor, latency_out, busy_out):
+def simulate_threads(arrivals, work, rate_of_k, workers, cold_gap_ns, cold_factor, cpu_share, latency_out,
+                     busy_out):
     """Run the server of this module's docstring over ``N`` arrivals.
 
     Args:
@@ -37,6 +39,7 @@ def simulate_threads(arrivals, work, rate_of_k, workers, cold_gap_ns, cold_facto
             completes with ``k`` in service (index 0 unused).
         workers: ``W >= 1``, threads: requests in service at once at most.
         cold_gap_ns, cold_factor: ``(G,)`` float64, gaps ascending (``G = 0``: no slowdown).
+        cpu_share: float in [0, 1]: the CPU share of a request served alone.
         latency_out: ``(N,)`` float64 out: completion minus arrival, ns.
         busy_out: ``(W + 1,)`` float64 out: ns spent with ``k`` requests in service.
 
@@ -85,7 +88,7 @@ def simulate_threads(arrivals, work, rate_of_k, workers, cold_gap_ns, cold_facto
         while k < workers and started < arrived:
             w = work[started % n_prof]
             if k == 0 and cold_gap_ns.shape[0] > 0:
-                w *= np.interp(now - idle_since, cold_gap_ns, cold_factor)
+                w *= 1.0 + cpu_share * (np.interp(now - idle_since, cold_gap_ns, cold_factor) - 1.0)
             rem[k], who[k] = w, started
             k += 1
             started += 1

@@ -418,41 +418,52 @@ def closed_loop(store, net, works: list, threads: int, seconds: float, *, settle
     """``(requests/s, process CPU ns per request)`` of ``threads`` worker threads serving
     ``works`` back to back, in order and cycled, over ``store`` (with ``net``, its forward),
     as ``sdm load``'s thread workers serve them (the same switch interval; the caller freezes
-    the heap and sets BLAS's threads as a load test does). Counted over ``seconds`` after
-    ``settle_s``: the requests that completed in that window, and the process's CPU time in it.
+    the heap and sets BLAS's threads as a load test does). Counted over a window that opens
+    ``settle_s`` after the threads start and lasts ``seconds``, or longer until ``2 x
+    threads`` requests have completed in it (slow requests: a rate needs some): the requests
+    completed in the window over its length, and the process's CPU time in it over them.
 
     The host model's thread workers (:mod:`sdm.host.threads`) rest on this curve.
     """
     threads = check_int(threads, "threads", lo=1, hi=256)
+    seconds = check_number(seconds, "seconds", lo=0, lo_open=True)
     claim = itertools.count().__next__  # atomic under the GIL
     ends: list[list[int]] = [[] for _ in range(threads)]
     errors: list[BaseException] = []
-    start = time.perf_counter_ns()
-    w0 = start + int(settle_s * 1e9)
-    w1 = w0 + int(seconds * 1e9)
+    stop = threading.Event()
 
     def serve(mine: list) -> None:
         try:
-            while time.perf_counter_ns() < w1:
+            while not stop.is_set():
                 _serve(store, net, works[claim() % len(works)])
                 mine.append(time.perf_counter_ns())
         except BaseException as exc:  # reported after the run, never lost
             errors.append(exc)
+            stop.set()
+
+    def completed(since: int) -> int:
+        return sum(1 for mine in ends for t in list(mine) if t >= since)
 
     pool = [threading.Thread(target=serve, args=(ends[t],), daemon=True) for t in range(threads)]
     with _thread_switching():
+        start = time.perf_counter_ns()
         for t in pool:
             t.start()
+        w0 = start + int(settle_s * 1e9)
         time.sleep(max(w0 - time.perf_counter_ns(), 0) / 1e9)
         cpu0 = time.process_time_ns()
-        time.sleep(max(w1 - time.perf_counter_ns(), 0) / 1e9)
+        time.sleep(seconds)
+        while not stop.is_set() and completed(w0) < 2 * threads:
+            time.sleep(0.01)
+        w1 = time.perf_counter_ns()
         cpu = time.process_time_ns() - cpu0
+        stop.set()
         for t in pool:
             t.join()
     if errors:
         raise errors[0]
     done = sum(1 for mine in ends for t in mine if w0 <= t < w1)
-    return done / seconds, cpu / max(done, 1)
+    return done / ((w1 - w0) / 1e9), cpu / max(done, 1)
 
 
 def _claimed(arrivals: np.ndarray, t0: int, claim):
