@@ -10,9 +10,9 @@ CPU per request with ``k`` threads serving the trace back to back
 load``), and the simulation treats the process as a server whose speed depends on the number
 of requests in it (:mod:`sdm.kernels.threadsim`).
 
-Measured so on the AMD EPYC VM (bundled trace, ``sdm-nand`` paced, 1 s per count): 651
-requests/s with one thread, 745 with two, then 621, 525, 459 and 477 with 3, 4, 6 and 8, at
-1.1, 2.0, 2.3, 2.7, 2.9 and 2.8 ms of process CPU per request.
+Measured so on the AMD EPYC VM (bundled trace, ``sdm-nand`` paced, 1 s per count): 714
+requests/s with one thread, 850 with two, then 523, 536, 453 and 514 with 3, 4, 6 and 8, at
+1.1, 1.9, 2.9, 2.9, 3.2 and 2.8 ms of process CPU per request.
 
 The curve is this machine's: a host other than ``this-machine`` has no thread workers.
 """
