@@ -21,7 +21,7 @@ from sdm.host.profile import build_profile
 from sdm.host.simulate import HostSimulation
 from sdm.host.threads import ThreadCurve, thread_counts
 from sdm.kernels.threadsim import simulate_threads
-from sdm.load.run import _Work, closed_loop
+from sdm.host.workers import Work, closed_loop
 from test_host_sim import _profile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,7 +120,7 @@ class _SleepyStore:
 def test_closed_loop_counts_a_window_and_waits_for_slow_requests():
     """Two threads, 50 ms requests, a 10 ms window: the window stays open until four requests
     completed in it, so the rate is two threads' 40/s, not a count of zero."""
-    works = [_Work({}, None, 1)]
+    works = [Work({}, None, 1)]
     qps, cpu = closed_loop(_SleepyStore(0.05), None, works, 2, 0.01, settle_s=0.0)
     assert 25 < qps < 45 and 0 <= cpu < 5e6
     with pytest.raises(OSError, match="device gone"):

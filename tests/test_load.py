@@ -125,11 +125,11 @@ def test_the_search_counts_no_point_too_small_for_a_p99(sla_us):
 
 
 def test_each_serving_process_runs_blas_on_its_share_of_the_cores(monkeypatch):
+    from sdm.host import workers
     from sdm.host.blas import _openblas, blas_threads, blas_threads_settable
-    from sdm.load import run
 
-    monkeypatch.setattr(run.os, "cpu_count", lambda: 8)
-    assert [run._blas_share(w) for w in (1, 2, 3, 8, 32)] == [8, 4, 2, 1, 1]
+    monkeypatch.setattr(workers.os, "cpu_count", lambda: 8)
+    assert [workers.blas_share(w) for w in (1, 2, 3, 8, 32)] == [8, 4, 2, 1, 1]
     if not blas_threads_settable():
         pytest.skip("numpy's BLAS thread count cannot be set here")
     _, get = _openblas()

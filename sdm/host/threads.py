@@ -6,7 +6,7 @@ interval, so more threads cost more CPU each and can serve fewer requests. The h
 simulation's cores and devices (:mod:`sdm.kernels.hostsim`) have no GIL; they describe worker
 processes. For threads the profile measures the process itself instead: its throughput and
 CPU per request with ``k`` threads serving the trace back to back
-(:func:`sdm.load.run.closed_loop`, the same serving code and switch interval as ``sdm
+(:func:`sdm.host.workers.closed_loop`, the same serving code and switch interval as ``sdm
 load``), and the simulation treats the process as a server whose speed depends on the number
 of requests in it (:mod:`sdm.kernels.threadsim`).
 
@@ -24,6 +24,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sdm.host.blas import blas_threads
+from sdm.host.workers import WARM_REQUESTS, blas_share, closed_loop, frozen_heap, serve, with_dense, works_of
+from sdm.replay.live import check_store_tables, make_model
+from sdm.store.store import Store
 from sdm.validate import check_int
 
 __all__ = ["ThreadCurve", "thread_counts", "measure_threads", "MEASURE_S"]
@@ -85,22 +89,18 @@ def measure_threads(store_path, config, trace, request_size, workers: int, *, mo
     --model`` runs it: each count of :func:`thread_counts` closed-loop for ``seconds``, in
     one process whose store was warmed as a load test's is, its heap frozen, BLAS on the
     threads' share of the cores."""
-    from sdm.host.blas import blas_threads
-    from sdm.load.run import _WARM_REQUESTS, _blas_share, _frozen_heap, _serve, _with_dense, _works, closed_loop
-    from sdm.replay.live import check_store_tables, make_model
-    from sdm.store.store import Store
 
     counts = thread_counts(workers)
     with Store.open(os.fspath(store_path), config=config) as st:
-        works = _works(trace, check_store_tables(st, trace.table_sizes), request_size)
+        works = works_of(trace, check_store_tables(st, trace.table_sizes), request_size)
         net = make_model(model, st, seed, trace.table_sizes, fit=fit_model) if model is not None else None
         try:
             if net is not None:
-                works = [_with_dense(w, net, seed + i) for i, w in enumerate(works)]
-            with blas_threads(_blas_share(workers)):
-                for work in works[:_WARM_REQUESTS]:
-                    _serve(st, net, work)
-                with _frozen_heap():
+                works = [with_dense(w, net, seed + i) for i, w in enumerate(works)]
+            with blas_threads(blas_share(workers)):
+                for work in works[:WARM_REQUESTS]:
+                    serve(st, net, work)
+                with frozen_heap():
                     runs = [closed_loop(st, net, works, k, seconds) for k in counts]
         finally:
             if net is not None:

@@ -4,7 +4,7 @@ Worker threads in one CPython process share its GIL and its cores, and switch ev
 interval, so the requests in service progress together, each at a share of what the process
 completes with that many in service. That share is measured, not derived: ``rate_of_k[k]`` is
 the process's closed-loop throughput with ``k`` threads serving back to back
-(:func:`sdm.load.run.closed_loop`), in requests per ns. Serving ``k`` requests, each gets
+(:func:`sdm.host.workers.closed_loop`), in requests per ns. Serving ``k`` requests, each gets
 ``rate_of_k[k] / k`` units of work per ns, where a unit is the mean profiled request
 (processor sharing whose speed depends on the number served: the flow-equivalent server of
 queueing theory, here with the measured curve).

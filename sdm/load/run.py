@@ -21,13 +21,13 @@ metadata). How a request is served and timed depends on the store's IO mode:
   model, ``sdm host``, puts the two together on a machine's cores).
 
 The first ``warmup_s`` of every rate is served but left out of the figures; before the first
-rate every request of the trace (at most ``_WARM_REQUESTS``) is served once, untimed (by each
+rate every request of the trace (at most ``WARM_REQUESTS``) is served once, untimed (by each
 worker process too, which has a cache of its own), so the cache starts warm. The objects alive
 after the warm-up are then frozen out of the cyclic garbage collector's passes
-(:func:`_frozen_heap`) until the rates are done, as a serving process would be.
+(:func:`frozen_heap`) until the rates are done, as a serving process would be.
 
 With ``model``, each serving process runs numpy's BLAS on its share of the cores
-(:func:`_blas_share`), as a server with a worker per core would: left at its default of
+(:func:`blas_share`), as a server with a worker per core would: left at its default of
 every core, OpenBLAS's threads in two worker processes over a 2-core VM (AMD EPYC, ``dram``,
 rm2 forward, 20/s) took 84 ms of CPU and a p50 of 28.9 ms per request, against 2.9 ms and
 3.3 ms with one thread each.
@@ -35,15 +35,12 @@ rm2 forward, 20/s) took 84 ms of CPU and a p50 of 28.9 ms per request, against 2
 
 from __future__ import annotations
 
-import gc
 import itertools
 import math
 import os
-import sys
 import tempfile
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -52,27 +49,23 @@ from tqdm.auto import tqdm
 from sdm.errors import InvalidArgumentError
 from sdm.formats import check_format
 from sdm.host.blas import blas_threads
+from sdm.host.workers import WARM_REQUESTS, blas_share, frozen_heap, serve, thread_switching, with_dense, works_of
 from sdm.replay.live import DEFAULT_DIM, build_store, check_store_tables, make_model
 from sdm.replay.queueing import DEFAULT_SLA_US, check_sla_us, latency_percentiles_us
-from sdm.replay.requests import check_request_size, iter_requests
+from sdm.replay.requests import check_request_size
 from sdm.store.config import resolve_config, with_io_mode
 from sdm.store.store import Store
 from sdm.tiers.clock import Timeline, on_timeline, wait_until_ns
 from sdm.trace.format import Trace, load
 from sdm.validate import check_int, check_number
 
-__all__ = ["load_test", "LoadResult", "LoadPoint", "cpu_model", "closed_loop"]
+__all__ = ["load_test", "LoadResult", "LoadPoint", "cpu_model"]
 
-_WARM_REQUESTS = 4096
 _MAX_REQUESTS_PER_RATE = 2_000_000
 _SEARCH_STEPS = 5  # bisection steps after the rate that breaks the SLA is found
 # Requests a point needs before its p99 can speak for the SLA; a search probe runs long enough
 # at low rates to have them (one request's latency over its own span is no throughput).
 _MIN_SLA_REQUESTS = 20
-# Worker threads waking from device waits queue for the GIL behind a thread running Python;
-# at CPython's default 5 ms switch interval every wake-up can cost that much (a convoy), so
-# thread workers run with a shorter one (restored afterwards).
-_SWITCH_INTERVAL_S = 2e-4
 
 
 def cpu_model() -> str:
@@ -152,15 +145,6 @@ class LoadResult:
                 "points": [p.to_json() for p in sorted(self.points, key=lambda p: p.offered_qps)]}
 
 
-@dataclass
-class _Work:
-    """What one request runs: its bags per table, and dense features for a model."""
-
-    bags: dict
-    dense: np.ndarray | None
-    samples: int
-
-
 def load_test(trace, config="sdm-nand", *, rates=None, search: bool = False,
               sla_us: float | None = DEFAULT_SLA_US, duration_s: float = 5.0, workers: int = 8,
               processes: bool = False, io_mode: str | None = None, store=None,
@@ -218,16 +202,16 @@ def load_test(trace, config="sdm-nand", *, rates=None, search: bool = False,
                                     seed=seed, progress=show)
             with Store.open(store, config=config) as st:
                 names = check_store_tables(st, tr.table_sizes)
-                works = _works(tr, names, request_size)
+                works = works_of(tr, names, request_size)
                 net = make_model(model, st, seed, tr.table_sizes, fit=fit_model) if model is not None else None
                 if net is not None:
-                    works = [_with_dense(w, net, seed + i) for i, w in enumerate(works)]
+                    works = [with_dense(w, net, seed + i) for i, w in enumerate(works)]
                 runner = _Runner(st, os.fspath(store), config, works, net, workers, processes,
                                  model, seed, warmup_s)
                 points = []
-                with blas_threads(_blas_share(workers)):
+                with blas_threads(blas_share(workers)):
                     runner.warm()
-                    with _frozen_heap():
+                    with frozen_heap():
                         for rate in tqdm(rates, desc="sdm load", unit="rate", disable=not show):
                             points.append(runner.run(rate, duration_s))
                         qps = _search(runner, points, rates, sla_us, duration_s, show) if search else None
@@ -236,32 +220,6 @@ def load_test(trace, config="sdm-nand", *, rates=None, search: bool = False,
             tr.close()
     return LoadResult(str(name), config.name, config.io_mode, workers, processes, model, cpu_model(),
                       duration_s, points, sla_us, qps)
-
-
-def _blas_share(workers: int) -> int:
-    """BLAS threads for one serving process: the cores over the requests served at once (by
-    ``workers`` processes sharing the cores, or threads sharing one process), at least 1."""
-    return max(1, (os.cpu_count() or 1) // workers)
-
-
-@contextmanager
-def _frozen_heap():
-    """The objects alive now, out of the cyclic garbage collector's sight until the block ends
-    (``gc.freeze``), as a serving process is after its warm-up.
-
-    A warm serving process holds about 10^5 long-lived objects (the store, Numba's
-    dispatchers, the trace's requests). A full collection walks them all, 56-82 ms on the AMD
-    EPYC VM, inside whichever request's allocation triggered it. With two worker processes over
-    ``dram`` those pauses set the p99 from 356/s on: 43-62 ms at 450 and 600/s, against 4.0-4.7
-    ms with the collector off (bench/RESULTS.md). Objects made while serving are still
-    collected; a frozen one that becomes garbage in the block waits for the block's end, unless
-    reference counting frees it."""
-    gc.collect()
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 def _check_rates(rates, search: bool) -> list[float]:
@@ -277,35 +235,6 @@ def _check_rates(rates, search: bool) -> list[float]:
     return out
 
 
-def _works(tr, names, request_size) -> list[_Work]:
-    works = []
-    for req in iter_requests(tr, request_size):
-        bags = {n: (np.ascontiguousarray(ix, dtype=np.int64), np.ascontiguousarray(of, dtype=np.int64))
-                for n, ix, of in zip(names, req.indices, req.offsets)}
-        works.append(_Work(bags, req.dense, req.samples))
-    if not works:
-        raise InvalidArgumentError("the trace has no requests to send")
-    return works
-
-
-def _with_dense(work: _Work, net, seed: int) -> _Work:
-    """The request's dense features, or seeded random ones when the trace has none of the
-    model's width (as ``sdm replay --model``)."""
-    dense = work.dense
-    if dense is None or dense.ndim != 2 or dense.shape[1] != net.num_dense:
-        dense = np.random.default_rng(seed).random((work.samples, net.num_dense), dtype=np.float32)
-    return _Work(work.bags, np.ascontiguousarray(dense, dtype=np.float32), work.samples)
-
-
-def _serve(store, net, work: _Work, *, overlap: bool | None = None):
-    """One request: its bags through the store, or the DLRM forward with the store's tables.
-    ``overlap=False`` keeps the lookups on the calling thread (a timeline is per thread)."""
-    if net is None:
-        return store.embedding_bags(work.bags)
-    sparse = [work.bags[n] for n in store.tables]
-    return net.forward(work.dense, sparse, embeddings=store, overlap=overlap)
-
-
 class _Runner:
     """Serves the rates of one load test over one open store (and its worker processes)."""
 
@@ -317,8 +246,8 @@ class _Runner:
         self._runs = 0
 
     def warm(self) -> None:
-        for work in self.works[:_WARM_REQUESTS]:
-            _serve(self.store, self.net, work)
+        for work in self.works[:WARM_REQUESTS]:
+            serve(self.store, self.net, work)
 
     def _schedule(self, rate: float, duration_s: float) -> np.ndarray:
         n = min(max(1, round(rate * duration_s)), _MAX_REQUESTS_PER_RATE)
@@ -373,7 +302,7 @@ class _Runner:
         for i, at in enumerate(arrivals):
             line = Timeline(base + at)
             with on_timeline(line):
-                _serve(self.store, self.net, self.works[i % len(self.works)], overlap=False)
+                serve(self.store, self.net, self.works[i % len(self.works)], overlap=False)
             latency[i], done[i] = line.elapsed_ns, line.now_ns - base
         return latency, done, time.perf_counter_ns() - start
 
@@ -382,16 +311,16 @@ class _Runner:
         errors: list[BaseException] = []
         claim = itertools.count().__next__  # atomic under the GIL: each index goes to one thread
 
-        def serve():
+        def worker():
             try:
                 for i in _claimed(arrivals, t0, claim):
-                    _serve(self.store, self.net, self.works[i % len(self.works)])
+                    serve(self.store, self.net, self.works[i % len(self.works)])
                     done[i] = time.perf_counter_ns() - t0
             except BaseException as exc:  # reported after the run, never lost
                 errors.append(exc)
 
-        threads = [threading.Thread(target=serve, daemon=True) for _ in range(self.workers)]
-        with _thread_switching():
+        threads = [threading.Thread(target=worker, daemon=True) for _ in range(self.workers)]
+        with thread_switching():
             cpu0 = time.process_time_ns()
             t0 = time.perf_counter_ns() + 2_000_000  # 2 ms for the threads to get going
             for t in threads:
@@ -401,69 +330,6 @@ class _Runner:
         if errors:
             raise errors[0]
         return done - arrivals, done, time.process_time_ns() - cpu0
-
-
-@contextmanager
-def _thread_switching():
-    """CPython's switch interval at most :data:`_SWITCH_INTERVAL_S` inside the block."""
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(min(interval, _SWITCH_INTERVAL_S))
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(interval)
-
-
-def closed_loop(store, net, works: list, threads: int, seconds: float, *, settle_s: float = 0.2) -> tuple:
-    """``(requests/s, process CPU ns per request)`` of ``threads`` worker threads serving
-    ``works`` back to back, in order and cycled, over ``store`` (with ``net``, its forward),
-    as ``sdm load``'s thread workers serve them (the same switch interval; the caller freezes
-    the heap and sets BLAS's threads as a load test does). Counted over a window that opens
-    ``settle_s`` after the threads start and lasts ``seconds``, or longer until ``2 x
-    threads`` requests have completed in it (slow requests: a rate needs some): the requests
-    completed in the window over its length, and the process's CPU time in it over them.
-
-    The host model's thread workers (:mod:`sdm.host.threads`) rest on this curve.
-    """
-    threads = check_int(threads, "threads", lo=1, hi=256)
-    seconds = check_number(seconds, "seconds", lo=0, lo_open=True)
-    claim = itertools.count().__next__  # atomic under the GIL
-    ends: list[list[int]] = [[] for _ in range(threads)]
-    errors: list[BaseException] = []
-    stop = threading.Event()
-
-    def serve(mine: list) -> None:
-        try:
-            while not stop.is_set():
-                _serve(store, net, works[claim() % len(works)])
-                mine.append(time.perf_counter_ns())
-        except BaseException as exc:  # reported after the run, never lost
-            errors.append(exc)
-            stop.set()
-
-    def completed(since: int) -> int:
-        return sum(1 for mine in ends for t in list(mine) if t >= since)
-
-    pool = [threading.Thread(target=serve, args=(ends[t],), daemon=True) for t in range(threads)]
-    with _thread_switching():
-        start = time.perf_counter_ns()
-        for t in pool:
-            t.start()
-        w0 = start + int(settle_s * 1e9)
-        time.sleep(max(w0 - time.perf_counter_ns(), 0) / 1e9)
-        cpu0 = time.process_time_ns()
-        time.sleep(seconds)
-        while not stop.is_set() and completed(w0) < 2 * threads:
-            time.sleep(0.01)
-        w1 = time.perf_counter_ns()
-        cpu = time.process_time_ns() - cpu0
-        stop.set()
-        for t in pool:
-            t.join()
-    if errors:
-        raise errors[0]
-    done = sum(1 for mine in ends for t in mine if w0 <= t < w1)
-    return done / ((w1 - w0) / 1e9), cpu / max(done, 1)
 
 
 def _claimed(arrivals: np.ndarray, t0: int, claim):
@@ -548,7 +414,7 @@ def _processes(runner, arrivals: np.ndarray):
     claimed = ctx.Value("q", 0)  # the next request index, shared by the workers
     procs = [ctx.Process(target=_process_worker, daemon=True,
                          args=(runner.path, runner.config, runner.works, runner.model, runner.seed, arrivals,
-                               claimed, start, results, _blas_share(runner.workers)))
+                               claimed, start, results, blas_share(runner.workers)))
              for _ in range(runner.workers)]
     for p in procs:
         p.start()
@@ -589,16 +455,16 @@ def _process_worker(path, config, works, model, seed, arrivals, claimed, start, 
     try:
         with Store.open(path, config=config) as store, blas_threads(blas):
             net = make_model(model, store, seed, fit=True) if model is not None else None  # checked by the parent
-            for work in works[:_WARM_REQUESTS]:  # its own DRAM cache, warmed as the parent's is
-                _serve(store, net, work)
-            with _frozen_heap():
+            for work in works[:WARM_REQUESTS]:  # its own DRAM cache, warmed as the parent's is
+                serve(store, net, work)
+            with frozen_heap():
                 results.put(("ready", None))
                 t0 = start.get()
                 before = store.stats()
                 cpu0 = time.process_time_ns()
                 finished = []
                 for i in _claimed(arrivals, t0, claim):
-                    _serve(store, net, works[i % len(works)])
+                    serve(store, net, works[i % len(works)])
                     finished.append((i, time.perf_counter_ns()))
                 cpu = time.process_time_ns() - cpu0
             results.put(("done", finished))
