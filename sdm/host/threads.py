@@ -25,8 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sdm.host.blas import blas_threads
-from sdm.host.workers import WARM_REQUESTS, blas_share, closed_loop, frozen_heap, serve, with_dense, works_of
-from sdm.replay.live import check_store_tables, make_model
+from sdm.host.workers import WARM_REQUESTS, blas_share, closed_loop, frozen_heap, serve, serving_works
 from sdm.store.store import Store
 from sdm.validate import check_int
 
@@ -89,14 +88,10 @@ def measure_threads(store_path, config, trace, request_size, workers: int, *, mo
     --model`` runs it: each count of :func:`thread_counts` closed-loop for ``seconds``, in
     one process whose store was warmed as a load test's is, its heap frozen, BLAS on the
     threads' share of the cores."""
-
     counts = thread_counts(workers)
     with Store.open(os.fspath(store_path), config=config) as st:
-        works = works_of(trace, check_store_tables(st, trace.table_sizes), request_size)
-        net = make_model(model, st, seed, trace.table_sizes, fit=fit_model) if model is not None else None
+        works, net = serving_works(st, trace, request_size, model, seed, fit_model)
         try:
-            if net is not None:
-                works = [with_dense(w, net, seed + i) for i, w in enumerate(works)]
             with blas_threads(blas_share(workers)):
                 for work in works[:WARM_REQUESTS]:
                     serve(st, net, work)

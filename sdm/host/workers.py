@@ -23,10 +23,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from sdm.errors import InvalidArgumentError
+from sdm.replay.live import check_store_tables, make_model
 from sdm.replay.requests import iter_requests
 from sdm.validate import check_int, check_number
 
-__all__ = ["Work", "works_of", "with_dense", "serve", "blas_share", "frozen_heap", "thread_switching",
+__all__ = ["Work", "serving_works", "serve", "blas_share", "frozen_heap", "thread_switching",
            "closed_loop", "WARM_REQUESTS", "SWITCH_INTERVAL_S"]
 
 #: Requests a serving process serves before it is measured (its cache and kernels warm).
@@ -72,7 +73,7 @@ def frozen_heap():
         gc.unfreeze()
 
 
-def works_of(tr, names, request_size) -> list[Work]:
+def _works_of(tr, names, request_size) -> list[Work]:
     """Every request of ``tr`` (``request_size`` samples each, None: as the trace has them),
     its bags keyed by the store's table ``names``."""
     works = []
@@ -85,13 +86,25 @@ def works_of(tr, names, request_size) -> list[Work]:
     return works
 
 
-def with_dense(work: Work, net, seed: int) -> Work:
+def _with_dense(work: Work, net, seed: int) -> Work:
     """The request's dense features, or seeded random ones when the trace has none of the
     model's width (as ``sdm replay --model``)."""
     dense = work.dense
     if dense is None or dense.ndim != 2 or dense.shape[1] != net.num_dense:
         dense = np.random.default_rng(seed).random((work.samples, net.num_dense), dtype=np.float32)
     return Work(work.bags, np.ascontiguousarray(dense, dtype=np.float32), work.samples)
+
+
+def serving_works(store, trace, request_size, model: str | None, seed: int, fit_model: bool = False) -> tuple:
+    """``(works, net)``: every request of ``trace`` as a :class:`Work` over ``store``'s tables
+    (checked against the trace's), and with ``model`` the DLRM over them
+    (:func:`sdm.replay.live.make_model`; None without), each request given dense features
+    (the trace's, or seeded random ones)."""
+    works = _works_of(trace, check_store_tables(store, trace.table_sizes), request_size)
+    net = make_model(model, store, seed, trace.table_sizes, fit=fit_model) if model is not None else None
+    if net is not None:
+        works = [_with_dense(w, net, seed + i) for i, w in enumerate(works)]
+    return works, net
 
 
 def serve(store, net, work: Work, *, overlap: bool | None = None):

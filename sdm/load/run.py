@@ -49,8 +49,8 @@ from tqdm.auto import tqdm
 from sdm.errors import InvalidArgumentError
 from sdm.formats import check_format
 from sdm.host.blas import blas_threads
-from sdm.host.workers import WARM_REQUESTS, blas_share, frozen_heap, serve, thread_switching, with_dense, works_of
-from sdm.replay.live import DEFAULT_DIM, build_store, check_store_tables, make_model
+from sdm.host.workers import WARM_REQUESTS, blas_share, frozen_heap, serve, serving_works, thread_switching
+from sdm.replay.live import DEFAULT_DIM, build_store, make_model
 from sdm.replay.queueing import DEFAULT_SLA_US, check_sla_us, latency_percentiles_us
 from sdm.replay.requests import check_request_size
 from sdm.store.config import resolve_config, with_io_mode
@@ -201,11 +201,7 @@ def load_test(trace, config="sdm-nand", *, rates=None, search: bool = False,
                 store = build_store(os.path.join(tmp, "store"), tr.table_sizes, dim=dim, fmt=fmt,
                                     seed=seed, progress=show)
             with Store.open(store, config=config) as st:
-                names = check_store_tables(st, tr.table_sizes)
-                works = works_of(tr, names, request_size)
-                net = make_model(model, st, seed, tr.table_sizes, fit=fit_model) if model is not None else None
-                if net is not None:
-                    works = [with_dense(w, net, seed + i) for i, w in enumerate(works)]
+                works, net = serving_works(st, tr, request_size, model, seed, fit_model)
                 runner = _Runner(st, os.fspath(store), config, works, net, workers, processes,
                                  model, seed, warmup_s)
                 points = []
