@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from sdm.kernels.jit import jit
+from sdm.kernels.memory import huge_full
 
 __all__ = ["EMPTY", "GOLDEN", "table_size_for", "make_hashmap_state", "hm_find", "hm_entry",
            "hm_value", "hm_put", "hm_insert",
@@ -38,7 +39,7 @@ def make_hashmap_state(max_entries: int, spread: int = 2) -> np.ndarray:
 
     ``spread`` >= 2 is the inverse of the largest load factor; caches use 4 (shorter
     probes and deletion shifts, measured ~15-20% faster replay), whole-trace maps 2."""
-    return np.full(2 * table_size_for(max_entries, spread), EMPTY, dtype=np.int64)
+    return huge_full(2 * table_size_for(max_entries, spread), EMPTY, np.int64)  # probed at random
 
 
 @jit

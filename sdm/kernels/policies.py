@@ -31,6 +31,7 @@ from numba.extending import overload
 
 from sdm.kernels.jit import jit
 from sdm.kernels.bag import prefetch_row
+from sdm.kernels.memory import huge_full, huge_zeros
 from sdm.kernels.hashmap import (_home, hm_delete, hm_entry, hm_find, hm_insert, hm_put, hm_value,
                                  make_hashmap_state, mix64)
 
@@ -110,27 +111,29 @@ def make_cache_state(capacity: int, policy: int, *, seed: int = 0, small_ratio: 
     n_l = c if lists else 1
     n_h = c if heap else 1
     g = max(gcap, 1) if ghosts else 1
+    # Per-slot arrays are read at random by every probe: huge pages spare their page walks
+    # (sdm.kernels.memory; below 2 MiB they are plain arrays).
     return (
         meta,
         fmeta,
         make_hashmap_state(c, 4),
-        np.full(c, -1, dtype=np.int64),             # 3 key of slot (-1: free)
-        np.full(n_l, -1, dtype=np.int32),           # 4 prev (toward head)
-        np.full(n_l, -1, dtype=np.int32),           # 5 next (toward tail)
-        np.zeros(c, dtype=np.int32),                # 6 freq / reference bits
-        np.zeros(c, dtype=np.int8),                 # 7 queue of slot
-        np.zeros(n_h, dtype=np.int64),              # 8 heap priority of slot
-        np.zeros(n_h, dtype=np.int32),              # 9 heap: position -> slot
-        np.full(n_h, -1, dtype=np.int32),           # 10 slot -> heap position
-        np.zeros(c, dtype=np.int32),                # 11 pin count of slot
+        huge_full(c, -1, np.int64),                 # 3 key of slot (-1: free)
+        huge_full(n_l, -1, np.int32),               # 4 prev (toward head)
+        huge_full(n_l, -1, np.int32),               # 5 next (toward tail)
+        huge_zeros(c, np.int32),                    # 6 freq / reference bits
+        huge_zeros(c, np.int8),                     # 7 queue of slot
+        huge_zeros(n_h, np.int64),                  # 8 heap priority of slot
+        huge_zeros(n_h, np.int32),                  # 9 heap: position -> slot
+        huge_full(n_h, -1, np.int32),               # 10 slot -> heap position
+        huge_zeros(c, np.int32),                    # 11 pin count of slot
         np.arange(c - 1, -1, -1, dtype=np.int32),   # 12 free-slot stack (pops 0 first)
         make_hashmap_state(g, 4) if ghosts else np.full(8, -1, dtype=np.int64),  # 13 ghost map
-        np.full(g, -1, dtype=np.int64),             # 14 ghost key
-        np.full(g, -1, dtype=np.int32),             # 15 ghost prev
-        np.full(g, -1, dtype=np.int32),             # 16 ghost next
+        huge_full(g, -1, np.int64),                 # 14 ghost key
+        huge_full(g, -1, np.int32),                 # 15 ghost prev
+        huge_full(g, -1, np.int32),                 # 16 ghost next
         np.zeros(g, dtype=np.int8),                 # 17 ghost queue
         np.arange(g - 1, -1, -1, dtype=np.int32),   # 18 ghost free stack
-        np.full(c if guarded else 1, -1, dtype=np.int64),  # 19 use stamp of slot (guarded only)
+        huge_full(c if guarded else 1, -1, np.int64),  # 19 use stamp of slot (guarded only)
         np.zeros(64 if guarded else 1, dtype=np.int64),     # 20 epochs in flight (guarded only)
     )
 

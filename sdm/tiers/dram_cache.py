@@ -38,6 +38,7 @@ import numpy as np
 from sdm.errors import ConfigError
 from sdm.formats import typed_rows
 from sdm.kernels.dedup import compose, unique_ranked
+from sdm.kernels.memory import huge_empty
 from sdm.kernels.policies import M_FLYING, pin_batch
 from sdm.kernels.serve import (C_HITS, C_MISSES, C_PREFETCH_USED, C_PREFETCH_WASTED, C_REJECTED,
                                N_COUNTERS, PREFETCHED, READY_BITS, SLOT_FAILED, SLOT_PENDING,
@@ -90,8 +91,9 @@ class DramCacheTier(CacheTier):
         self.directory = Cache(capacity_rows, policy, admission=admission, seed=seed, guarded=True)
         self.capacity = self.directory.capacity
         self.slot_bytes = -(-slot_bytes // _LINE) * _LINE
-        # np.empty: slots never filled cost address space, not RAM.
-        self._slots = np.empty((self.capacity + _MIN_SCRATCH, self.slot_bytes), dtype=np.uint8)
+        # Slots never filled cost address space, not RAM; huge pages spare the page walk of a
+        # hit's random slot (sdm.kernels.memory).
+        self._slots = huge_empty((self.capacity + _MIN_SCRATCH, self.slot_bytes), np.uint8)
         self._state = np.full(self.capacity, SLOT_READY, dtype=np.uint8)  # SLOT_* | PREFETCHED
         # paced mode: when a slot's deferred read completes (perf_counter_ns), for the batches
         # that waited on it (np.zeros: untouched pages cost no RAM)
@@ -160,7 +162,7 @@ class DramCacheTier(CacheTier):
                 return start
             if self._inflight == 0:  # nobody points into the buffer: grow it geometrically
                 extra = max(n, 2 * self._scratch.size)
-                grown = np.empty((self.capacity + extra, self.slot_bytes), dtype=np.uint8)
+                grown = huge_empty((self.capacity + extra, self.slot_bytes), np.uint8)
                 grown[: self.capacity] = self._slots[: self.capacity]
                 self._slots = grown
                 self._scratch = _Ranges(self.capacity, extra)

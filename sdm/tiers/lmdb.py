@@ -34,6 +34,7 @@ import lmdb
 import numpy as np
 
 from sdm.errors import CorruptStoreError, StoreError
+from sdm.kernels.memory import huge_empty
 from sdm.tiers.manifest import CHECKSUM_BYTES, LMDB_PAGE_BYTES, LMDB_VALUE_BYTES, TableLayout
 from sdm.tiers.lmdb_check import MetaGone, TreeDamage, check_tree
 from sdm.tiers.base import Tier
@@ -267,8 +268,9 @@ class RowDB:
         return len(starts)
 
     def load_table(self, layout: TableLayout) -> np.ndarray:
-        """Every row of a written table, ``(num_rows, row_bytes) uint8``, checksums verified."""
-        out = np.empty((layout.spec.num_rows, layout.spec.row_bytes), dtype=np.uint8)
+        """Every row of a written table, ``(num_rows, row_bytes) uint8``, checksums verified;
+        in huge pages (a DRAM tier gathers its rows at random: :mod:`sdm.kernels.memory`)."""
+        out = huge_empty((layout.spec.num_rows, layout.spec.row_bytes), np.uint8)
         flat = out.reshape(-1)
         span = layout.rows_per_block * layout.spec.row_bytes
         with self._corruption(layout.name), self.snapshot() as txn:
