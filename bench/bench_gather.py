@@ -48,6 +48,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import sdm  # noqa: E402
 from machine import cpu_line, isa_line  # noqa: E402 (bench/machine.py)
 from sdm.kernels.dedup import unique_inverse  # noqa: E402
+from sdm.kernels.memory import huge_empty  # noqa: E402
 from sdm.kernels.pooling import pool  # noqa: E402
 
 try:
@@ -71,12 +72,19 @@ def make_batches(rng, dist: str, n_rows: int, n_batches: int, nnz: int, perm) ->
     return [ids[i * nnz:(i + 1) * nnz].copy() for i in range(n_batches)]
 
 
+def in_huge_pages(a: np.ndarray) -> np.ndarray:
+    """A copy of ``a`` in transparent huge pages (``sdm.kernels.memory``)."""
+    out = huge_empty(a.shape, a.dtype)
+    out[...] = a
+    return out
+
+
 def numpy_bag(table, ids, offsets):
     """Sum-pool with numpy; ``reduceat`` is wrong for empty bags, which this bench never makes."""
     return np.add.reduceat(table[ids], offsets[:-1], axis=0)
 
 
-def build_contenders(tables, offsets, with_numpy: bool):
+def build_contenders(tables, offsets, with_numpy: bool, huge_pages: bool = False):
     """name -> (row_bytes, fn(ids) -> result, peer name for the ratio or None)."""
     t32, t16, t8 = tables
     nbags = offsets.shape[0] - 1
@@ -95,6 +103,8 @@ def build_contenders(tables, offsets, with_numpy: bool):
     if torch is not None:
         w32 = torch.from_numpy(t32)
         w8 = torch.ops.quantized.embedding_bag_byte_prepack(w32)
+        if huge_pages:  # torch's int8 table in huge pages too
+            w8 = torch.from_numpy(in_huge_pages(w8.numpy()))
         toff = torch.from_numpy(offsets)
         f = torch.nn.functional.embedding_bag
         q = torch.ops.quantized.embedding_bag_byte_rowwise_offsets
@@ -187,6 +197,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--no-numpy", action="store_true")
     ap.add_argument("--only", default="", help="comma list of contenders to run")
+    ap.add_argument("--huge-pages", action="store_true",
+                    help="every contender's table in transparent huge pages (torch's shares them)")
     ap.add_argument("--omp-wait", choices=["passive", "default"], default="passive",
                     help="OMP_WAIT_POLICY for both OpenMP runtimes (set before import)")
     args = ap.parse_args(argv)
@@ -197,17 +209,20 @@ def main(argv=None) -> int:
     t32 = rng.standard_normal((args.rows, args.dim), dtype=np.float32)
     t16 = t32.astype(np.float16)
     t8 = sdm.quantize_rows(t32, "int8")
+    if args.huge_pages:  # torch.from_numpy shares these; its int8 table is copied in below
+        t32, t16, t8 = (in_huge_pages(t) for t in (t32, t16, t8))
     offsets = np.arange(0, (args.bags + 1) * args.pool, args.pool, dtype=np.int64)
     nnz = args.bags * args.pool
     perm = rng.permutation(args.rows)
-    contenders = build_contenders((t32, t16, t8), offsets, not args.no_numpy)
+    contenders = build_contenders((t32, t16, t8), offsets, not args.no_numpy, args.huge_pages)
     if args.only:
         keep = set(args.only.split(","))
         contenders = {k: v for k, v in contenders.items() if k in keep}
 
     print(cpu_line())
     print(isa_line())
-    print(f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}")
+    print(f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}; tables in "
+          f"{'huge pages' if args.huge_pages else 'numpy memory (4 KiB pages)'}")
     print(f"table {args.rows} x {args.dim}, B = {args.bags}, pool {args.pool} "
           f"({nnz} rows per call), median of {args.reps} calls, {args.batches} distinct batches\n")
     print("| ids | threads | contender | ns/row | GB/s | vs peer | ns/row p10 | vs peer p10 | vs peer paired |")
