@@ -20,7 +20,7 @@ import shutil
 import threading
 import uuid
 from collections.abc import Iterable, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +39,8 @@ from sdm.store.pooled import PooledCache
 from sdm.kernels.pooling import check_bags, check_ids, check_mode, check_weights
 from sdm.tiers.base import Bags
 from sdm.tiers.clock import paced_request
+from sdm.tiers.slots import CpuSlots, default_cpu_slots
+from sdm.validate import check_int
 from sdm.tiers.lmdb import RowDB
 
 __all__ = ["Store", "TableSpec", "PrefetchTicket"]
@@ -55,7 +57,7 @@ class Store:
     """
 
     def __init__(self, path: str, manifest: Manifest, stamp: tuple, db: RowDB, config: HierarchyConfig,
-                 readonly: bool):
+                 readonly: bool, cpu_slots: int | None = None):
         self.path = path
         self.readonly = readonly
         self.config = config
@@ -69,6 +71,10 @@ class Store:
         self._write_lock = threading.Lock()
         self._counter_lock = threading.Lock()
         self._rw = _ReadWriteLock()
+        # Requests running CPU work at once, the rest queued: past the cores, Python threads
+        # only trade the interpreter lock (sdm.tiers.slots). 0: no bound.
+        n = default_cpu_slots() if cpu_slots is None else check_int(cpu_slots, "cpu_slots", lo=0)
+        self._slots = CpuSlots(n) if n else None
         self._seen_version = 0  # the database version every copy of rows here reflects
         self._lookups = 0
         self._batches = 0
@@ -123,9 +129,12 @@ class Store:
         return cls.open(path, config=config)
 
     @classmethod
-    def open(cls, path, *, config=None, readonly: bool = False) -> "Store":
+    def open(cls, path, *, config=None, readonly: bool = False, cpu_slots: int | None = None) -> "Store":
         """Open an existing store. ``config``: a hierarchy preset name, a TOML path, or a
-        :class:`sdm.store.config.HierarchyConfig` (default ``dram``).
+        :class:`sdm.store.config.HierarchyConfig` (default ``dram``). ``cpu_slots``: how many
+        lookup calls run their CPU work at once when many threads call (the others queue,
+        first come first served; a call waiting for devices gives its slot up): None for the
+        cores this process may use, 0 for no bound (:mod:`sdm.tiers.slots`).
 
         Raises:
             StoreNotFoundError: no store at ``path``.
@@ -142,7 +151,7 @@ class Store:
         manifest = Manifest.read(path)
         db = RowDB(path, readonly=readonly)
         try:
-            return cls(path, manifest, stamp, db, config, readonly)
+            return cls(path, manifest, stamp, db, config, readonly, cpu_slots)
         except BaseException:  # a config the store's tables cannot use: release the database
             db.close()
             raise
@@ -300,6 +309,11 @@ class Store:
                         self._pooled.invalidate(table_id, ids)
             self._seen_version = version
 
+    def _cpu_slot(self):
+        """One of the store's CPU slots for a lookup call (inside its paced request, so the
+        call's deferred device wait comes after the slot is returned)."""
+        return self._slots.held() if self._slots is not None else nullcontext()
+
     @contextmanager
     def _serving(self):
         """One batch's consistent view: the read side of ``_rw`` and one LMDB snapshot,
@@ -370,7 +384,7 @@ class Store:
         Returns:
             ``(B, dim) float32``.
         """
-        with paced_request(), self._serving():
+        with paced_request(), self._cpu_slot(), self._serving():
             request = self._check_bag(name, indices, offsets, mode, per_sample_weights)
             self._count(len(request.indices), 1)
             return self._pool([request])[request.layout.name]
@@ -382,7 +396,7 @@ class Store:
         Every request is validated before any is served. Under a paced hierarchy the
         request's device waits are taken once, at its end (:func:`sdm.tiers.clock.paced_request`).
         """
-        with paced_request(), self._serving():
+        with paced_request(), self._cpu_slot(), self._serving():
             checked = self._check_requests(requests, mode)
             self._count(sum(len(c.indices) for c in checked), 1)
             return self._pool(checked)

@@ -15,6 +15,7 @@ import time
 from contextlib import contextmanager
 
 from sdm.errors import InvalidArgumentError
+from sdm.tiers.slots import give_up
 from sdm.validate import check_int
 
 __all__ = ["SimClock", "Timeline", "on_timeline", "current_timeline", "wait_until_ns", "spin_below_ns",
@@ -95,6 +96,8 @@ def wait_until_ns(deadline_ns: int) -> int:
     margin = spin_below_ns()
     now = time.perf_counter_ns()
     remaining = deadline_ns - now
+    if remaining > 0:
+        give_up()  # a request waiting for devices needs no core
     if remaining > margin:
         time.sleep((remaining - margin) / 1e9)
     now = time.perf_counter_ns()

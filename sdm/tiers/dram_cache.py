@@ -49,6 +49,7 @@ from sdm.policies.cache import _no_admission
 from sdm.kernels.pooling import pool
 from sdm.tiers.base import CacheTier, Tier
 from sdm.tiers.clock import current_paced_request, wait_until_ns
+from sdm.tiers.slots import give_up
 
 __all__ = ["DramCacheTier"]
 
@@ -167,6 +168,7 @@ class DramCacheTier(CacheTier):
                 self._slots = grown
                 self._scratch = _Ranges(self.capacity, extra)
             else:
+                give_up()
                 self._cond.wait(_WAIT_S)
 
     def _read(self, batch: "_Batch", which: np.ndarray, source: Tier | None = None) -> None:
@@ -218,6 +220,7 @@ class DramCacheTier(CacheTier):
             with self._cond:
                 state = self._state[batch.ptr[batch.waits]] & READY_BITS
                 while (state == SLOT_PENDING).all():
+                    give_up()
                     self._cond.wait(_WAIT_S)
                     state = self._state[batch.ptr[batch.waits]] & READY_BITS
                 failed = batch.waits[state == SLOT_FAILED]

@@ -26,6 +26,7 @@ import numpy as np
 from sdm.errors import ConfigError
 from sdm.kernels.jit import jit
 from sdm.validate import check_int
+from sdm.tiers.slots import give_up
 
 __all__ = ["IOEngine", "MAX_ENGINE_DEPTH"]
 
@@ -186,6 +187,8 @@ class _Batch:
             self._done.set()
 
     def wait(self) -> list[int]:
+        if not self._done.is_set():
+            give_up()  # the request waits for the disk: its core is free for others
         self._done.wait()
         if self._error is not None:
             raise self._error
