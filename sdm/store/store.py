@@ -53,7 +53,9 @@ class Store:
     """An embedding store: tables of rows across a hierarchy of tiers.
 
     Make one with :meth:`create` or :meth:`open`; use it as a context manager or call
-    :meth:`close`. Lookups are thread-safe; writes are serialized (across processes too).
+    :meth:`close`. Lookups are thread-safe, and at most ``cpu_slots`` of them (default: the
+    cores) run their CPU work at once (:meth:`open`); writes are serialized (across processes
+    too).
     """
 
     def __init__(self, path: str, manifest: Manifest, stamp: tuple, db: RowDB, config: HierarchyConfig,
