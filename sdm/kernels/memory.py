@@ -4,7 +4,8 @@ A lookup reads a random row of a table, a cache slot or a directory entry, in ar
 larger than what the TLB maps with 4 KiB pages (Zen 4's 3,072 second-level entries map
 12 MiB), so besides its cache lines it pays for a page walk. With 2 MiB pages the same
 entries map 6 GiB. Measured on a Zen 4 EPYC (bench/RESULTS.md, "Huge pages"): the pooled
-gather of a 1M x 64 fp32 table 12-19% faster, the live all-hit path 10-12% faster.
+gather of a 1M x 64 fp32 table 12-18% faster, the live all-hit path 9-11% faster, the CPU
+per request of the ``dram`` hierarchy 18% lower.
 
 Linux backs an anonymous mapping with huge pages where it is ``madvise(MADV_HUGEPAGE)``'d
 and transparent huge pages are ``always`` or ``madvise`` (the usual default). numpy's own

@@ -4,8 +4,8 @@ Python threads serving one store share one interpreter lock. Past a few threads 
 costs more CPU, not less time. Every kernel call and every lock wait hands the interpreter
 lock over, and each hand-over is a futex wake-up and a context switch. Measured on a 2-core
 Zen 4 VM, one process, 8 threads closed-loop over ``sdm-nand`` all-hit: 40% of the CPU in
-the kernel's task switching (``perf``), 2.8 ms per request against 0.9 ms with one thread
-(bench/RESULTS.md, "CPU slots").
+the kernel's task switching (``perf``), 2.5-3.1 ms per request against 0.9-1.0 ms with one
+thread (bench/RESULTS.md, "CPU slots").
 
 A store therefore admits at most ``n`` requests (by default, the cores this process may use)
 into their CPU work; the others wait their turn, first come first served, blocked in a lock
