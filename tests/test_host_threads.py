@@ -168,6 +168,32 @@ def test_the_profile_measures_the_curve_on_this_machine_only(tmp_path):
         build_profile(TINY, "dram", "2-socket", dim=8, workdir=str(tmp_path), threads=2)
 
 
+def test_each_count_is_measured_up_then_down_and_averaged(tmp_path, monkeypatch):
+    """The counts run 1, 2, 3 then 3, 2, 1; a count's rate is its runs' mean and its CPU per
+    request the runs' mean weighted by their requests."""
+    import sdm.host.threads as threads_module
+    from sdm.store.build import build_store
+    from sdm.trace.format import load
+
+    calls = []
+    scripted = iter([(100.0, 1e6), (200.0, 2e6), (300.0, 3e6),   # up: 1, 2, 3 threads
+                     (100.0, 4e6), (600.0, 2e6), (300.0, 1e6)])  # down: 3, 2, 1 threads
+
+    def fake_closed_loop(store, net, works, k, seconds):
+        calls.append(k)
+        return next(scripted)
+
+    monkeypatch.setattr(threads_module, "closed_loop", fake_closed_loop)
+    monkeypatch.setattr(threads_module, "WARM_REQUESTS", 1)
+    tr = load(TINY)
+    path = build_store(str(tmp_path / "s"), tr.table_sizes, dim=8, progress=False)
+    curve = threads_module.measure_threads(path, "dram", tr, None, 3)
+    assert calls == [1, 2, 3, 3, 2, 1]
+    np.testing.assert_allclose(curve.qps, [200.0, 400.0, 200.0])
+    np.testing.assert_allclose(curve.cpu_ns, [(100 * 1e6 + 300 * 1e6) / 400, (200 * 2e6 + 600 * 2e6) / 800,
+                                              (300 * 3e6 + 100 * 4e6) / 400])
+
+
 def test_sdm_host_thread_and_process_workers(capsys):
     assert main(["host", TINY, "--config", "dram", "--rate", "50", "--workers", "2", "--arrivals", "2000",
                  "--dim", "8", "--json", "-"]) == 0

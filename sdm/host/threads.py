@@ -10,9 +10,11 @@ CPU per request with ``k`` threads serving the trace back to back
 load``), and the simulation treats the process as a server whose speed depends on the number
 of requests in it (:mod:`sdm.kernels.threadsim`).
 
-Measured so on the AMD EPYC VM (bundled trace, ``sdm-nand`` paced, 1 s per count): 714
-requests/s with one thread, 850 with two, then 523, 536, 453 and 514 with 3, 4, 6 and 8, at
-1.1, 1.9, 2.9, 2.9, 3.2 and 2.8 ms of process CPU per request.
+Measured so on the AMD EPYC VM (bundled trace, ``sdm-nand`` paced, 1 s per count, before
+the store bounded its CPU slots): 714 requests/s with one thread, 850 with two, then 523,
+536, 453 and 514 with 3, 4, 6 and 8, at 1.1, 1.9, 2.9, 2.9, 3.2 and 2.8 ms of process CPU
+per request. A single 1 s count moved by up to 30% between profiles (dram's X(3): 1,647
+and 2,044/s), so each count is now measured twice, the counts up and then down.
 
 The curve is this machine's: a host other than ``this-machine`` has no thread workers.
 """
@@ -85,9 +87,10 @@ def measure_threads(store_path, config, trace, request_size, workers: int, *, mo
                     seed: int = 0, fit_model: bool = False, seconds: float = MEASURE_S) -> ThreadCurve:
     """The :class:`ThreadCurve` of ``workers`` threads serving ``trace`` over the store at
     ``store_path`` under ``config`` (its IO mode), with ``model``'s forward as ``sdm load
-    --model`` runs it: each count of :func:`thread_counts` closed-loop for ``seconds``, in
+    --model`` runs it: each count of :func:`thread_counts` closed-loop for ``seconds``, twice
+    (the counts up, then down, so a drift of the machine weighs on every count alike), in
     one process whose store was warmed as a load test's is, its heap frozen, BLAS on the
-    threads' share of the cores."""
+    threads' share of the cores. A count's figures are its two runs' means."""
     counts = thread_counts(workers)
     with Store.open(os.fspath(store_path), config=config) as st:
         works, net = serving_works(st, trace, request_size, model, seed, fit_model)
@@ -96,9 +99,14 @@ def measure_threads(store_path, config, trace, request_size, workers: int, *, mo
                 for work in works[:WARM_REQUESTS]:
                     serve(st, net, work)
                 with frozen_heap():
-                    runs = [closed_loop(st, net, works, k, seconds) for k in counts]
+                    up = [closed_loop(st, net, works, k, seconds) for k in counts]
+                    down = [closed_loop(st, net, works, k, seconds) for k in reversed(counts)][::-1]
         finally:
             if net is not None:
                 net.close()
-    return ThreadCurve(np.asarray(counts, dtype=np.int64), np.array([q for q, _ in runs]),
-                       np.array([c for _, c in runs]))
+    # One count's runs last about ``seconds`` each: the mean rate is the rate over both, and
+    # the CPU per request is weighted by the requests each run completed.
+    qps = np.array([(a + b) / 2 for (a, _), (b, _) in zip(up, down)])
+    cpu = np.array([(a * ca + b * cb) / (a + b) if a + b > 0 else (ca + cb) / 2
+                    for (a, ca), (b, cb) in zip(up, down)])
+    return ThreadCurve(np.asarray(counts, dtype=np.int64), qps, cpu)
