@@ -288,7 +288,6 @@ def section_phases(path, batches, reps, policy, hit_rate) -> list[str]:
     is sized so ``sdm.simulate`` gives ``hit_rate`` on the batches' key stream (1.0: every row
     they touch fits); the tier below is a modeled Optane mmap tier. The batches are served
     once to warm the cache, then ``reps`` times, timed."""
-    import sdm.store.store as store_mod
     import sdm.tiers.dram_cache as dram_cache
 
     stream = np.concatenate([(np.int64(t) << 48) | np.unique(b[k][0])

@@ -4,6 +4,7 @@ has a timeout, so a deadlock fails instead of hanging."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -12,7 +13,7 @@ import pytest
 
 import sdm
 from sdm.errors import InvalidArgumentError
-from sdm.tiers.clock import paced_request, wait_until_ns
+from sdm.tiers.clock import wait_until_ns
 from sdm.tiers.slots import CpuSlots, default_cpu_slots, give_up
 
 TIMEOUT = 60
@@ -122,7 +123,7 @@ def test_a_paced_wait_gives_the_slot_up():
 
 
 def test_default_is_the_cores_this_process_may_use():
-    assert 1 <= default_cpu_slots() <= (len(__import__("os").sched_getaffinity(0)))
+    assert 1 <= default_cpu_slots() <= len(os.sched_getaffinity(0))
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, "2", True])
