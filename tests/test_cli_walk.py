@@ -262,13 +262,16 @@ def test_default_trace_under_every_preset_and_a_placement(default_store, capsys)
         assert placed["hit_rate"] > none["hit_rate"]
         for q in PERCENTILES:
             assert placed["latency_us"][q] <= none["latency_us"][q], (preset, q)
-    # the SLA at the printed p99 is met, one below it is a result with QPS 0 and the reason
-    p99 = runs["sdm-nand"]["latency_us"]["p99"]
+    # The QPS at the SLA is the host model's: an SLA above its zero-load p99 is met, one at half
+    # of it is a result with QPS 0 and the reason. (That zero-load p99 is a warm host's, with
+    # CPU measured here, so it is not the replay's printed latency, which counts the cold start.)
+    zero = runs["sdm-nand"]["sla"]["zero_load_us"]
     met = sdm_json(capsys, "replay", DEFAULT, "--store", default_store, "--config", "sdm-nand",
-                   "--sla-us", f"{p99!r}", "--json")
+                   "--sla-us", f"{zero * 3!r}", "--json")
     unmet = sdm_json(capsys, "replay", DEFAULT, "--store", default_store, "--config", "sdm-nand",
-                     "--sla-us", f"{p99 * 0.99!r}", "--json")
-    assert met["qps_at_sla"] > 0 and unmet["qps_at_sla"] == 0 and "zero load" in unmet["sla"]["reason"]
+                     "--sla-us", f"{zero * 0.5!r}", "--json")
+    assert met["qps_at_sla"] > 0 and met["host"] == "this-machine"
+    assert unmet["qps_at_sla"] == 0 and "zero load" in unmet["sla"]["reason"]
     for key in ("requests", "lookups", "hit_rate", "latency_us"):  # every other figure still there
         assert unmet[key] == runs["sdm-nand"][key], key
 
