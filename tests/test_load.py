@@ -6,6 +6,8 @@ import gc
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sdm.cli import main
 from sdm.errors import InvalidArgumentError
@@ -122,6 +124,102 @@ def test_the_search_counts_no_point_too_small_for_a_p99(sla_us):
     assert bool(held) == (sla_us > 1000)
     assert r.qps_at_sla == (max(min(p.achieved_qps, p.offered_qps) for p in held) if held else None)
     assert r.qps_at_sla is None or r.qps_at_sla <= max(p.offered_qps for p in held)
+
+
+class _ScriptedRunner:
+    """Stands in for the load runner in ``_search``: each run at a rate gets the next of that
+    rate's scripted p99s (us), or the default knee's verdict once the script runs out."""
+
+    warmup_ns = 0.0
+
+    def __init__(self, knee: float, script: dict):
+        self.knee, self.script, self.runs = knee, {r: list(v) for r, v in script.items()}, []
+
+    def run(self, rate, duration_s):
+        import numpy as np
+
+        from sdm.load.run import LoadPoint
+        from sdm.replay.queueing import latency_percentiles_us
+
+        queue = self.script.get(rate, [])
+        p99 = queue.pop(0) if queue else (1_000.0 if rate <= self.knee else 90_000.0)
+        n = 1000
+        latency = np.full(n, 500_000.0)  # ns: 0.5 ms, with the top 2% at the scripted p99
+        latency[-20:] = p99 * 1e3
+        self.runs.append(rate)
+        return LoadPoint(offered_qps=rate, achieved_qps=rate, latency_us=latency_percentiles_us(latency),
+                         requests=n, latency_ns=latency)
+
+
+@pytest.mark.parametrize("second_p99, found", [(1_000.0, "past 320"), (90_000.0, "below 320")])
+def test_the_search_runs_a_failing_rate_again_and_pools_both_runs(second_p99, found):
+    """One stall at 320/s (a 35 ms p99 in 2% of its requests) with the knee at 600/s: run again
+    and pooled (1% of the requests slow), 320/s holds and the search goes on doubling; when the
+    second run stalls too, 320/s fails and the bisection stays below it. Either way the pooled
+    point replaces the first, and a rate that holds is run once."""
+    from sdm.load.run import _search
+
+    runner = _ScriptedRunner(knee=600, script={320.0: [35_000.0, second_p99]})
+    points = [runner.run(r, 1.0) for r in (10.0, 20.0, 40.0, 80.0)]
+    qps = _search(runner, points, [10.0, 20.0, 40.0, 80.0], sla_us=30_000, duration_s=1.0, show=False)
+    at_320 = [p for p in points if p.offered_qps == 320.0]
+    assert len(at_320) == 1 and at_320[0].runs == 2 and at_320[0].requests == 2000
+    assert runner.runs.count(320.0) == 2 and runner.runs.count(160.0) == 1
+    if found == "past 320":
+        assert 320 < qps <= 600 and 640.0 in runner.runs
+    else:
+        assert 160 <= qps < 320 and max(runner.runs) == 320.0
+    assert all(p.runs == 1 for p in points if p.latency_us["p99"] <= 30_000 and p.offered_qps != 320.0)
+
+
+def test_a_given_rate_that_fails_once_is_run_again_before_it_bounds_the_search():
+    from sdm.load.run import _search
+
+    runner = _ScriptedRunner(knee=600, script={300.0: [35_000.0]})
+    points = [runner.run(r, 1.0) for r in (150.0, 300.0, 1200.0)]
+    qps = _search(runner, points, [150.0, 300.0, 1200.0], sla_us=30_000, duration_s=1.0, show=False)
+    assert [p.runs for p in points[:3]] == [1, 2, 2]  # 300/s held pooled; 1200/s failed twice
+    assert 300 < qps <= 600
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(1e3, 1e8), min_size=1, max_size=300),
+       st.lists(st.floats(1e3, 1e8), min_size=1, max_size=300),
+       st.floats(1.0, 1e4), st.floats(1.0, 1e4), st.floats(0.0, 1.0), st.floats(0.0, 1.0))
+def test_a_pooled_point_is_one_run_over_both_runs_requests(a_ns, b_ns, a_qps, b_qps, a_util, b_util):
+    import numpy as np
+
+    from sdm.load.run import LoadPoint, pooled
+    from sdm.replay.queueing import latency_percentiles_us
+
+    def point(lat, qps, util, hits):
+        lat = np.array(lat)
+        return LoadPoint(offered_qps=100.0, achieved_qps=qps, latency_us=latency_percentiles_us(lat),
+                         requests=lat.size, devices={"nand": {"utilization": util, "mean_queue_depth": 2 * util,
+                                                              "units": 4}},
+                         cpu_utilization=util, cpu_us_per_request=1e3 * util, dram_hit_rate=hits,
+                         latency_ns=lat)
+
+    a, b = point(a_ns, a_qps, a_util, 0.5), point(b_ns, b_qps, b_util, None)
+    p = pooled(a, b)
+    wa, wb = len(a_ns) / a_qps, len(b_ns) / b_qps  # each run's measured window, seconds
+    assert p.latency_us == latency_percentiles_us(np.array(a_ns + b_ns))
+    assert p.requests == len(a_ns) + len(b_ns) and p.runs == 2 and p.offered_qps == 100.0
+    assert p.achieved_qps == pytest.approx(p.requests / (wa + wb))
+    assert p.cpu_utilization == pytest.approx((a_util * wa + b_util * wb) / (wa + wb))
+    assert p.devices["nand"]["utilization"] == pytest.approx(p.cpu_utilization, abs=1e-12)
+    assert p.devices["nand"]["units"] == 4
+    assert p.cpu_us_per_request == pytest.approx(1e3 * (a_util * len(a_ns) + b_util * len(b_ns)) / p.requests)
+    assert p.dram_hit_rate is None  # one run without a cache figure: no pooled figure
+    assert p.to_json()["runs"] == 2 and "latency_ns" not in p.to_json()
+
+
+def test_pooled_refuses_two_rates():
+    from sdm.load.run import LoadPoint, pooled
+
+    a = LoadPoint(offered_qps=1.0, achieved_qps=1.0, latency_us={}, requests=1)
+    with pytest.raises(ValueError, match="one rate"):
+        pooled(a, LoadPoint(offered_qps=2.0, achieved_qps=1.0, latency_us={}, requests=1))
 
 
 def test_each_serving_process_runs_blas_on_its_share_of_the_cores(monkeypatch):

@@ -25,7 +25,8 @@ def register(sub) -> None:
     p.add_argument("--config", default="sdm-nand", help="hierarchy preset or .toml (default sdm-nand)")
     p.add_argument("--rate", type=float, nargs="+", metavar="R", help="offered rates, requests/s")
     p.add_argument("--search", action="store_true",
-                   help="also find the highest rate whose p99 stays within --sla-us")
+                   help="also find the highest rate whose p99 stays within --sla-us (a rate that "
+                        "misses is run again and judged on both runs together)")
     p.add_argument("--sla-us", type=float, default=30_000.0, help="p99 SLA in us (default 30000)")
     p.add_argument("--duration", type=float, default=5.0, help="seconds of arrivals per rate (default 5)")
     p.add_argument("--warmup", type=float, help="seconds of each rate left out (default 10%% of --duration)")
