@@ -194,11 +194,36 @@ def test_each_count_is_measured_up_then_down_and_averaged(tmp_path, monkeypatch)
                                               (300 * 3e6 + 100 * 4e6) / 400])
 
 
+@pytest.mark.parametrize("cpu_slots", [None, 0, 1])
+def test_the_curve_is_measured_under_the_cpu_slots_asked(tmp_path, monkeypatch, cpu_slots):
+    import sdm.host.threads as threads_module
+    from sdm.store.build import build_store
+    from sdm.tiers.slots import default_cpu_slots
+    from sdm.trace.format import load
+
+    seen = []
+
+    def fake_closed_loop(store, net, works, k, seconds):
+        seen.append(store.cpu_slots)
+        return 100.0, 1e6
+
+    monkeypatch.setattr(threads_module, "closed_loop", fake_closed_loop)
+    tr = load(TINY)
+    path = build_store(str(tmp_path / "s"), tr.table_sizes, dim=8, progress=False)
+    curve = threads_module.measure_threads(path, "dram", tr, None, 2, cpu_slots=cpu_slots)
+    want = default_cpu_slots() if cpu_slots is None else cpu_slots
+    assert seen == [want] * 4 and curve.cpu_slots == want
+
+
 def test_sdm_host_thread_and_process_workers(capsys):
     assert main(["host", TINY, "--config", "dram", "--rate", "50", "--workers", "2", "--arrivals", "2000",
-                 "--dim", "8", "--json", "-"]) == 0
+                 "--dim", "8", "--cpu-slots", "1", "--json", "-"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["worker_kind"] == "threads" and [t["threads"] for t in data["profile"]["threads"]] == [1, 2]
+    assert data["profile"]["cpu_slots"] == 1
+    for bad in (["--workers", "2", "--processes"], []):  # slots bound one process's threads only
+        assert main(["host", TINY, *bad, "--cpu-slots", "1", "--dim", "8", "--arrivals", "100"]) == 2
+        assert "--cpu-slots" in capsys.readouterr().err
     assert set(data["curve"][0]["utilization"]) == {"cores", "workers", "gil"}
     assert main(["host", TINY, "--processes", "--dim", "8", "--arrivals", "100"]) == 2
     assert "--workers" in capsys.readouterr().err

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from sdm.cli import main
 from sdm.errors import InvalidArgumentError
 from sdm.load import load_test
+from sdm.tiers.slots import default_cpu_slots
 
 TINY = "traces/tiny-zipf.npz"
 
@@ -29,8 +30,18 @@ def test_cli_contract_paced(tmp_path, capsys):
         assert p["requests"] > 0 and p["achieved_qps"] > 0
         assert 0 <= p["dram_hit_rate"] <= 1 and p["cpu_utilization"] > 0
     assert data["io_mode"] == "paced" and data["cpu"]
+    assert data["cpu_slots"] == default_cpu_slots()
     assert "| offered QPS |" in capsys.readouterr().out  # the table still goes to stdout
     assert gc.get_freeze_count() == 0  # the heap frozen while serving is handed back
+
+
+@pytest.mark.parametrize("cpu_slots", [0, 1])
+def test_the_store_serves_under_the_cpu_slots_asked(tmp_path, cpu_slots):
+    out = tmp_path / "load.json"
+    assert main(["load", TINY, "--config", "sdm-nand", "--rate", "40", "--workers", "4", "--duration", "0.3",
+                 "--io-mode", "paced", "--cpu-slots", str(cpu_slots), "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["cpu_slots"] == cpu_slots and data["points"][0]["requests"] > 0
 
 
 def test_process_workers_serve_every_request_from_warm_caches():
@@ -84,6 +95,7 @@ def test_latency_counts_from_the_schedule_not_from_pickup():
     ({"rates": [0]}, "rate"), ({"rates": [-5]}, "rate"), ({"rates": []}, "at least one rate"),
     ({"rates": [10], "workers": 0}, "workers"), ({"rates": [10], "duration_s": 0}, "duration_s"),
     ({"rates": [10], "duration_s": float("nan")}, "duration_s"),
+    ({"rates": [10], "cpu_slots": -1}, "cpu_slots"), ({"rates": [10], "cpu_slots": 1.5}, "cpu_slots"),
 ])
 def test_bad_arguments_are_typed_errors(kwargs, words):
     with pytest.raises(InvalidArgumentError, match=words):

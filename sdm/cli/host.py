@@ -38,6 +38,9 @@ def register(sub) -> None:
                                                "machine, --host this-machine only), or with --processes N "
                                                "worker processes (default: no limit)")
     p.add_argument("--processes", action="store_true", help="the --workers are processes, as sdm load --processes")
+    p.add_argument("--cpu-slots", type=int, metavar="N",
+                   help="with thread --workers: the store's bound on lookups running CPU work at once, as "
+                        "sdm load --cpu-slots (default: the cores; 0: no bound)")
     p.add_argument("--arrivals", type=int, default=100_000, help="simulated requests per rate (default 100000)")
     add_store_arguments(p)
     p.add_argument("--json", nargs="?", const="-", metavar="OUT",
@@ -57,6 +60,9 @@ def _host(args) -> int:
         check_output_file(path)
     if args.processes and args.workers is None:
         raise InvalidArgumentError("--processes describes the --workers; give --workers N")
+    if args.cpu_slots is not None and (args.workers is None or args.processes):
+        raise InvalidArgumentError("--cpu-slots bounds one process's thread workers; give --workers N "
+                                   "without --processes")
     config = args.config if args.io_mode is None else with_io_mode(args.config, args.io_mode)
     host = args.host
     if args.platform_seconds is not None:
@@ -67,7 +73,8 @@ def _host(args) -> int:
     result = predict(args.trace, config, host, model=args.model, sla_us=args.sla_us, rates=args.rate,
                      workers=args.workers, arrivals=args.arrivals, seed=args.seed, dim=args.dim, fmt=args.fmt,
                      request_size=args.request_size, store=args.store, disk=args.disk,
-                     fit_model=args.fit_model, threads=args.workers is not None and not args.processes)
+                     fit_model=args.fit_model, threads=args.workers is not None and not args.processes,
+                     cpu_slots=args.cpu_slots)
     data = {**result.to_json(), "cpu": cpu_model()}
     if args.plot:
         plot_host([result], args.plot)

@@ -32,6 +32,9 @@ def register(sub) -> None:
     p.add_argument("--warmup", type=float, help="seconds of each rate left out (default 10%% of --duration)")
     p.add_argument("--workers", type=int, default=8, help="worker threads or processes (default 8)")
     p.add_argument("--processes", action="store_true", help="worker processes over one store directory")
+    p.add_argument("--cpu-slots", type=int, metavar="N",
+                   help="lookups running CPU work at once in each serving process, the rest queued "
+                        "(default: its cores; 0: no bound; see Store.open)")
     p.add_argument("--io-mode", choices=IO_MODES, help="override the config's IO mode")
     p.add_argument("--model", help="DLRM preset: each request also runs the forward pass; the trace's "
                                    "tables must be the preset's")
@@ -56,7 +59,7 @@ def _load(args) -> int:
                        processes=args.processes, io_mode=args.io_mode, store=args.store,
                        model=args.model, dim=args.dim, fmt=args.fmt,
                        request_size=args.request_size, warmup_s=args.warmup, seed=args.seed,
-                       fit_model=args.fit_model)
+                       fit_model=args.fit_model, cpu_slots=args.cpu_slots)
     data = result.to_json()
     text = load_markdown(result)
     if args.out:

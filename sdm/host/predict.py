@@ -73,7 +73,8 @@ def predict(trace, config="sdm-nand", host="this-machine", *, model: str | None 
             sla_us: float = DEFAULT_SLA_US, percentile: float = 99.0, rates=None, workers: int | None = None,
             arrivals: int = DEFAULT_ARRIVALS, seed: int = 0, dim: int = DEFAULT_DIM, fmt: str = "fp32",
             request_size: int | None = None, store=None, workdir=None, disk=None,
-            fit_model: bool = False, profile: RequestProfile | None = None, threads: bool = False) -> HostResult:
+            fit_model: bool = False, profile: RequestProfile | None = None, threads: bool = False,
+            cpu_slots: int | None = None) -> HostResult:
     """The QPS ``host`` sustains serving ``trace`` under ``config`` within ``sla_us`` at
     ``percentile``, and its latency-load curve.
 
@@ -87,6 +88,8 @@ def predict(trace, config="sdm-nand", host="this-machine", *, model: str | None 
             (``this-machine`` only; the profile then measures the process's thread curve,
             :mod:`sdm.host.threads`).
         arrivals: simulated requests per rate (the profile cycled in trace order).
+        cpu_slots: with ``threads``, the store's bound the thread curve is measured under
+            (:meth:`sdm.Store.open`; None: the cores, 0: no bound).
 
     Raises:
         SlaError: an SLA that is not a number > 0. ConfigError, InvalidArgumentError: as
@@ -94,10 +97,12 @@ def predict(trace, config="sdm-nand", host="this-machine", *, model: str | None 
     """
     if threads and workers is None:
         raise InvalidArgumentError("thread workers need a number of workers (workers=N)")
+    if cpu_slots is not None and not threads:
+        raise InvalidArgumentError("cpu_slots bounds thread workers; it needs threads=True and workers=N")
     if profile is None:
         profile = build_profile(trace, config, host, model=model, dim=dim, fmt=fmt, request_size=request_size,
                                 store=store, seed=seed, workdir=workdir, disk=disk, fit_model=fit_model,
-                                threads=workers if threads else None)
+                                threads=workers if threads else None, cpu_slots=cpu_slots)
     sim = HostSimulation(profile, arrivals=arrivals, seed=seed, workers=workers, threads=threads)
     start = time.perf_counter()
     sla = sim.qps_at_sla(sla_us, percentile=percentile)

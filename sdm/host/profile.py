@@ -203,6 +203,7 @@ class RequestProfile:
                 "cold_core": [{"idle_us": float(g) / 1e3, "cpu_factor": float(f)}
                               for g, f in zip(self.cold_gap_ns, self.cold_factor)],
                 "threads": None if self.threads is None else self.threads.to_json(),
+                "cpu_slots": None if self.threads is None else self.threads.cpu_slots,
                 "devices": [{"name": d.name, "group": d.group, "latency_us": d.latency_ns / 1e3,
                              "units": d.units, "reads_per_request": float(reads[i])}
                             for i, d in enumerate(self.devices)]}
@@ -632,7 +633,7 @@ def _measure_cpu(tr, store_path, config, request_size, model, seed, fit_model=Fa
 def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str | None = None,
                   dim: int = DEFAULT_DIM, fmt: str = "fp32", request_size: int | None = None,
                   store=None, seed: int = 0, workdir=None, disk=None, fit_model: bool = False,
-                  threads: int | None = None) -> RequestProfile:
+                  threads: int | None = None, cpu_slots: int | None = None) -> RequestProfile:
     """Profile every request of ``trace`` (warm: its second pass) under ``config`` on ``host``.
 
     Args:
@@ -646,6 +647,8 @@ def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str |
         store: an existing store matching the trace's tables; None builds one (``dim``, ``fmt``).
         threads: also measure one process's throughput with 1 to ``threads`` worker threads
             (:func:`sdm.host.threads.measure_threads`), for thread workers; ``this-machine`` only.
+        cpu_slots: the store's bound on lookups running CPU work at once while the thread
+            curve is measured (None: the cores, 0: no bound).
 
     Raises:
         ConfigError: an unsupported hierarchy or host. InvalidArgumentError: an empty trace.
@@ -700,7 +703,8 @@ def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str |
                 tr, path, config, request_size, model, seed, fit_model, cold=host.name == THIS_MACHINE,
                 served="paced" if config.io_mode == "paced" else "modeled")
             curve = None if threads is None else measure_threads(path, config, tr, request_size, threads,
-                                                                 model=model, seed=seed, fit_model=fit_model)
+                                                                 model=model, seed=seed, fit_model=fit_model,
+                                                                 cpu_slots=cpu_slots)
     finally:
         if tr is not trace:
             tr.close()

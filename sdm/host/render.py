@@ -36,7 +36,7 @@ def host_markdown(r) -> str:
         f"- {r.arrivals:,} simulated Poisson arrivals per rate"
         + ("" if r.workers is None else f", at most {r.workers} in service"
            + (" (threads of one process)" if r.threads else " (worker processes)")),
-        *([] if prof["threads"] is None else [_threads_line(prof["threads"])]), "",
+        *([] if prof["threads"] is None else [_threads_line(prof["threads"], prof["cpu_slots"])]), "",
         f"**QPS at SLA (p{s.percentile:g} <= {_us(s.sla_us)}): {s.qps:,.1f} requests/s**; bottleneck: "
         f"**{s.bottleneck}**; zero-load p{s.percentile:g} {_us(s.zero_load_us)}; saturation "
         f"{'-' if s.saturation_qps == float('inf') else f'{s.saturation_qps:,.1f}'}/s", "",
@@ -53,8 +53,9 @@ def host_markdown(r) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _threads_line(curve) -> str:
-    return ("- one process's threads, closed loop: " + ", ".join(
+def _threads_line(curve, cpu_slots: int) -> str:
+    slots = f"{cpu_slots} CPU slots" if cpu_slots else "no CPU slot bound"
+    return (f"- one process's threads ({slots}), closed loop: " + ", ".join(
         f"{c['threads']} at {c['qps']:,.0f}/s ({_us(c['cpu_us_per_request'])} CPU each)" for c in curve))
 
 

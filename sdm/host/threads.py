@@ -41,11 +41,13 @@ MEASURE_S = 1.0
 class ThreadCurve:
     """``threads`` ``(K,)`` int64, ascending from 1: the thread counts measured; ``qps``
     ``(K,)`` float64: requests per second the process completed with that many serving back
-    to back; ``cpu_ns`` ``(K,)`` float64: its CPU time per request (every thread's)."""
+    to back; ``cpu_ns`` ``(K,)`` float64: its CPU time per request (every thread's);
+    ``cpu_slots``: the store's bound on lookups running CPU work at once (0: none)."""
 
     threads: np.ndarray
     qps: np.ndarray
     cpu_ns: np.ndarray
+    cpu_slots: int = 0
 
     @property
     def workers(self) -> int:
@@ -84,15 +86,18 @@ def thread_counts(workers: int) -> list[int]:
 
 
 def measure_threads(store_path, config, trace, request_size, workers: int, *, model: str | None = None,
-                    seed: int = 0, fit_model: bool = False, seconds: float = MEASURE_S) -> ThreadCurve:
+                    seed: int = 0, fit_model: bool = False, seconds: float = MEASURE_S,
+                    cpu_slots: int | None = None) -> ThreadCurve:
     """The :class:`ThreadCurve` of ``workers`` threads serving ``trace`` over the store at
     ``store_path`` under ``config`` (its IO mode), with ``model``'s forward as ``sdm load
     --model`` runs it: each count of :func:`thread_counts` closed-loop for ``seconds``, twice
     (the counts up, then down, so a drift of the machine weighs on every count alike), in
     one process whose store was warmed as a load test's is, its heap frozen, BLAS on the
-    threads' share of the cores. A count's figures are its two runs' means."""
+    threads' share of the cores, the store opened with ``cpu_slots`` (None: the cores, 0: no
+    bound). A count's figures are its two runs' means."""
     counts = thread_counts(workers)
-    with Store.open(os.fspath(store_path), config=config) as st:
+    with Store.open(os.fspath(store_path), config=config, cpu_slots=cpu_slots) as st:
+        slots = st.cpu_slots
         works, net = serving_works(st, trace, request_size, model, seed, fit_model)
         try:
             with blas_threads(blas_share(workers)):
@@ -109,4 +114,4 @@ def measure_threads(store_path, config, trace, request_size, workers: int, *, mo
     qps = np.array([(a + b) / 2 for (a, _), (b, _) in zip(up, down)])
     cpu = np.array([(a * ca + b * cb) / (a + b) if a + b > 0 else (ca + cb) / 2
                     for (a, ca), (b, cb) in zip(up, down)])
-    return ThreadCurve(np.asarray(counts, dtype=np.int64), qps, cpu)
+    return ThreadCurve(np.asarray(counts, dtype=np.int64), qps, cpu, slots)

@@ -158,14 +158,16 @@ class LoadResult:
     points: list[LoadPoint]
     sla_us: float | None = None
     qps_at_sla: float | None = None
+    cpu_slots: int = 0  # the store's bound in each serving process (0: none)
 
     @property
     def latency_note(self) -> str:
         if self.io_mode == "modeled":
             return ("modeled: device queueing and service on the shared device queues, requests "
                     "in arrival order; CPU time not included (see sdm host)")
+        slots = f"{self.cpu_slots} CPU slots" if self.cpu_slots else "no CPU slot bound"
         return (f"{self.io_mode}: wall clock from each request's scheduled arrival, "
-                f"{self.workers} {'process' if self.processes else 'thread'} workers")
+                f"{self.workers} {'process' if self.processes else 'thread'} workers ({slots})")
 
     @property
     def knee_qps(self) -> float | None:
@@ -178,6 +180,7 @@ class LoadResult:
                 "workers": self.workers, "processes": self.processes, "model": self.model,
                 "cpu": self.cpu, "duration_s": self.duration_s, "latency": self.latency_note,
                 "sla_us": self.sla_us, "qps_at_sla": self.qps_at_sla, "knee_qps": self.knee_qps,
+                "cpu_slots": self.cpu_slots,
                 "points": [p.to_json() for p in sorted(self.points, key=lambda p: p.offered_qps)]}
 
 
@@ -186,7 +189,8 @@ def load_test(trace, config="sdm-nand", *, rates=None, search: bool = False,
               processes: bool = False, io_mode: str | None = None, store=None,
               model: str | None = None, dim: int = DEFAULT_DIM, fmt: str = "fp32",
               request_size: int | None = None, warmup_s: float | None = None, seed: int = 0,
-              progress: bool | None = None, workdir=None, fit_model: bool = False) -> LoadResult:
+              progress: bool | None = None, workdir=None, fit_model: bool = False,
+              cpu_slots: int | None = None) -> LoadResult:
     """Drive a store with open-loop Poisson traffic at each of ``rates`` (requests/s).
 
     Args:
@@ -208,6 +212,8 @@ def load_test(trace, config="sdm-nand", *, rates=None, search: bool = False,
         request_size: samples per request (None: a trace batch, or its request ids).
         warmup_s: seconds of each rate left out of the figures (default: 10% of duration).
         progress: a progress bar (None: on a terminal only).
+        cpu_slots: the store's bound on lookups running CPU work at once, in each serving
+            process (:meth:`sdm.Store.open`; None: its cores, 0: no bound).
 
     Raises:
         InvalidArgumentError, ConfigError, TraceNotFoundError: bad arguments, config, trace.
@@ -217,6 +223,7 @@ def load_test(trace, config="sdm-nand", *, rates=None, search: bool = False,
     warmup_s = 0.1 * duration_s if warmup_s is None else check_number(
         warmup_s, "warmup_s", lo=0, hi=duration_s, hi_open=True)
     workers = check_int(workers, "workers", lo=1, hi=256)
+    cpu_slots = None if cpu_slots is None else check_int(cpu_slots, "cpu_slots", lo=0)
     sla_us = None if sla_us is None else check_sla_us(sla_us)
     if search and sla_us is None:
         raise InvalidArgumentError("search needs an SLA (sla_us)")
@@ -237,10 +244,11 @@ def load_test(trace, config="sdm-nand", *, rates=None, search: bool = False,
             if store is None:
                 store = build_store(os.path.join(tmp, "store"), tr.table_sizes, dim=dim, fmt=fmt,
                                     seed=seed, progress=show)
-            with Store.open(store, config=config) as st:
+            with Store.open(store, config=config, cpu_slots=cpu_slots) as st:
                 works, net = serving_works(st, tr, request_size, model, seed, fit_model)
                 runner = _Runner(st, os.fspath(store), config, works, net, workers, processes,
                                  model, seed, warmup_s)
+                slots = st.cpu_slots
                 points = []
                 with blas_threads(blas_share(workers)):
                     runner.warm()
@@ -252,7 +260,7 @@ def load_test(trace, config="sdm-nand", *, rates=None, search: bool = False,
         if tr is not trace:
             tr.close()
     return LoadResult(str(name), config.name, config.io_mode, workers, processes, model, cpu_model(),
-                      duration_s, points, sla_us, qps)
+                      duration_s, points, sla_us, qps, slots)
 
 
 def _check_rates(rates, search: bool) -> list[float]:
@@ -275,6 +283,7 @@ class _Runner:
         self.store, self.path, self.config, self.works, self.net = store, path, config, works, net
         self.workers, self.processes, self.model, self.seed = workers, processes, model, seed
         self.warmup_ns = warmup_s * 1e9
+        self.cpu_slots = store.cpu_slots
         self.modeled = config.io_mode == "modeled"
         self._runs = 0
 
@@ -468,8 +477,8 @@ def _processes(runner, arrivals: np.ndarray):
     start, results = ctx.Queue(), ctx.Queue()
     claimed = ctx.Value("q", 0)  # the next request index, shared by the workers
     procs = [ctx.Process(target=_process_worker, daemon=True,
-                         args=(runner.path, runner.config, runner.works, runner.model, runner.seed, arrivals,
-                               claimed, start, results, blas_share(runner.workers)))
+                         args=(runner.path, runner.config, runner.cpu_slots, runner.works, runner.model,
+                               runner.seed, arrivals, claimed, start, results, blas_share(runner.workers)))
              for _ in range(runner.workers)]
     for p in procs:
         p.start()
@@ -500,7 +509,8 @@ def _processes(runner, arrivals: np.ndarray):
     return done - arrivals, done, cpu_ns, hits / (hits + misses) if hits + misses else None
 
 
-def _process_worker(path, config, works, model, seed, arrivals, claimed, start, results, blas) -> None:
+def _process_worker(path, config, cpu_slots, works, model, seed, arrivals, claimed, start, results,
+                    blas) -> None:
     def claim():
         with claimed.get_lock():
             i = claimed.value
@@ -508,7 +518,7 @@ def _process_worker(path, config, works, model, seed, arrivals, claimed, start, 
         return i
 
     try:
-        with Store.open(path, config=config) as store, blas_threads(blas):
+        with Store.open(path, config=config, cpu_slots=cpu_slots) as store, blas_threads(blas):
             net = make_model(model, store, seed, fit=True) if model is not None else None  # checked by the parent
             for work in works[:WARM_REQUESTS]:  # its own DRAM cache, warmed as the parent's is
                 serve(store, net, work)

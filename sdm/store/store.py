@@ -177,6 +177,11 @@ class Store:
     # -- tables ----------------------------------------------------------------------
 
     @property
+    def cpu_slots(self) -> int:
+        """How many lookup calls run their CPU work at once (0: no bound; see :meth:`open`)."""
+        return 0 if self._slots is None else self._slots.n
+
+    @property
     def tables(self) -> dict[str, TableSpec]:
         """Table specs by name, in creation order."""
         return {t.name: t.spec for t in self._manifest.tables}
