@@ -201,7 +201,7 @@ def main(argv=None) -> int:
         used = f"{cache.stats()['bytes_used'] / 2**20:.1f}" if cache else "-"
         print(f"| {name} | {ms:.2f} | {ratio:.2f}x | {hr} | {used} |")
     checked = args.batches * len(tables)
-    print(f"\nfirst run, outputs bitwise equal to direct: "
+    print("\nfirst run, outputs bitwise equal to direct: "
           + ", ".join(f"{name} {checked - differ[name]}/{checked}" for name in list(outs)[1:])
           + (f" (largest relative difference {worst:.1e})" if worst else ""))
     if worst > 1e-4:

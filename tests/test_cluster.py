@@ -21,7 +21,7 @@ ray = peers.require("ray")  # an optional extra (sdm[cluster]); CI's peer phase 
 pytestmark = pytest.mark.peers
 
 import sdm  # noqa: E402
-from sdm.cluster import Plan, PlanError, ShardedStore, ShardUnavailableError, build, plan  # noqa: E402
+from sdm.cluster import PlanError, ShardedStore, ShardUnavailableError, build, plan  # noqa: E402
 
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
 TYPES = {"fp32": ("table-wise", "row-wise", "table-row-wise", "column-wise"),

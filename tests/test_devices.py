@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import sdm
 from sdm.cli import main
 from sdm.tiers.clock import SimClock, paced_request, wait_until_ns
-from sdm.devices import DEVICES, DeviceSpec, block_ranges, count_blocks, get_device
+from sdm.devices import DEVICES, block_ranges, count_blocks, get_device
 from sdm.errors import ConfigError, InvalidArgumentError
 from sdm.tiers.manifest import TableLayout, TableSpec
 from sdm.tiers.base import Tier

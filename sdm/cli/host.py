@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 from sdm.cli import add_store_arguments, check_output_file, emit_json
 from sdm.errors import InvalidArgumentError
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 from sdm.cli import make_output_dir
 from sdm.replay.demo import DEMO_PRESETS, run_demo

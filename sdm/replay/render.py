@@ -60,8 +60,8 @@ def replay_markdown(r) -> str:
         f"- replay speed: {r.lookups_per_s:,.0f} lookups/s ({r.wall_s:.3f} s in serving calls; "
         f"{r.lookups_per_s_after_first:,.0f} after the first request, which pays the store's setup); "
         f"CPU {r.cpu_us_per_request:,.1f} µs per request",
-        f"- DRAM hit rate (share of row reads served from DRAM; a cache counts distinct rows "
-        f"per request" + ("; each lookup of a bag the pooled cache served whole counts as one"
+        "- DRAM hit rate (share of row reads served from DRAM; a cache counts distinct rows "
+        "per request" + ("; each lookup of a bag the pooled cache served whole counts as one"
                           if r.pooled else "") + f"): {r.hit_rate:.4f}",
         f"- modeled device time: {j['modeled_s']:.4f} s; energy over it {r.energy_j:.4f} J", "",
         "## Latency per request (zero load)", "",
