@@ -224,6 +224,8 @@ def test_sdm_host_thread_and_process_workers(capsys):
     for bad in (["--workers", "2", "--processes"], []):  # slots bound one process's threads only
         assert main(["host", TINY, *bad, "--cpu-slots", "1", "--dim", "8", "--arrivals", "100"]) == 2
         assert "--cpu-slots" in capsys.readouterr().err
+    assert main(["host", TINY, "--workers", "2", "--cpu-slots", "-1", "--dim", "8", "--arrivals", "100"]) == 2
+    assert "cpu_slots" in capsys.readouterr().err
     assert set(data["curve"][0]["utilization"]) == {"cores", "workers", "gil"}
     assert main(["host", TINY, "--processes", "--dim", "8", "--arrivals", "100"]) == 2
     assert "--workers" in capsys.readouterr().err

@@ -235,7 +235,7 @@ def test_pooled_refuses_two_rates():
     from sdm.load.run import LoadPoint, pooled
 
     a = LoadPoint(offered_qps=1.0, achieved_qps=1.0, latency_us={}, requests=1)
-    with pytest.raises(ValueError, match="one rate"):
+    with pytest.raises(InvalidArgumentError, match="one rate"):
         pooled(a, LoadPoint(offered_qps=2.0, achieved_qps=1.0, latency_us={}, requests=1))
 
 

@@ -656,6 +656,8 @@ def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str |
     host = resolve_host(host, disk=disk)
     config = resolve_config(config)
     request_size = check_request_size(request_size)
+    if cpu_slots is not None:  # before any store is built or timed
+        cpu_slots = check_int(cpu_slots, "cpu_slots", lo=0)
     if threads is not None:
         threads = check_int(threads, "workers (threads)", lo=1, hi=256)
         if host.name != THIS_MACHINE:

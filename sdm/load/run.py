@@ -117,7 +117,8 @@ def pooled(a: LoadPoint, b: LoadPoint) -> LoadPoint:
     utilizations and queue depths weighted by each run's measured window, per-request figures
     by its requests."""
     if a.offered_qps != b.offered_qps or a.latency_ns is None or b.latency_ns is None:
-        raise ValueError("pooled needs two runs at one rate, with their latencies")
+        raise InvalidArgumentError(f"pooled needs two runs at one rate, with their latencies; got "
+                                   f"{a.offered_qps!r} and {b.offered_qps!r} requests/s")
     latency = np.concatenate([a.latency_ns, b.latency_ns])
     windows = [p.requests / p.achieved_qps if p.achieved_qps > 0 else 0.0 for p in (a, b)]
     span = sum(windows)
