@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 from sdm.errors import InvalidArgumentError
+from sdm.tiers.slots import cpu_slots_text
 
 __all__ = ["host_markdown", "plot_host"]
 
@@ -54,8 +55,7 @@ def host_markdown(r) -> str:
 
 
 def _threads_line(curve, cpu_slots: int) -> str:
-    slots = f"{cpu_slots} CPU slots" if cpu_slots else "no CPU slot bound"
-    return (f"- one process's threads ({slots}), closed loop: " + ", ".join(
+    return (f"- one process's threads ({cpu_slots_text(cpu_slots)}), closed loop: " + ", ".join(
         f"{c['threads']} at {c['qps']:,.0f}/s ({_us(c['cpu_us_per_request'])} CPU each)" for c in curve))
 
 

@@ -56,6 +56,7 @@ from sdm.replay.requests import check_request_size
 from sdm.store.config import resolve_config, with_io_mode
 from sdm.store.store import Store
 from sdm.tiers.clock import Timeline, on_timeline, wait_until_ns
+from sdm.tiers.slots import cpu_slots_text
 from sdm.trace.format import Trace, load
 from sdm.validate import check_int, check_number
 
@@ -166,9 +167,9 @@ class LoadResult:
         if self.io_mode == "modeled":
             return ("modeled: device queueing and service on the shared device queues, requests "
                     "in arrival order; CPU time not included (see sdm host)")
-        slots = f"{self.cpu_slots} CPU slots" if self.cpu_slots else "no CPU slot bound"
         return (f"{self.io_mode}: wall clock from each request's scheduled arrival, "
-                f"{self.workers} {'process' if self.processes else 'thread'} workers ({slots})")
+                f"{self.workers} {'process' if self.processes else 'thread'} workers "
+                f"({cpu_slots_text(self.cpu_slots)})")
 
     @property
     def knee_qps(self) -> float | None:
@@ -284,7 +285,6 @@ class _Runner:
         self.store, self.path, self.config, self.works, self.net = store, path, config, works, net
         self.workers, self.processes, self.model, self.seed = workers, processes, model, seed
         self.warmup_ns = warmup_s * 1e9
-        self.cpu_slots = store.cpu_slots
         self.modeled = config.io_mode == "modeled"
         self._runs = 0
 
@@ -478,7 +478,7 @@ def _processes(runner, arrivals: np.ndarray):
     start, results = ctx.Queue(), ctx.Queue()
     claimed = ctx.Value("q", 0)  # the next request index, shared by the workers
     procs = [ctx.Process(target=_process_worker, daemon=True,
-                         args=(runner.path, runner.config, runner.cpu_slots, runner.works, runner.model,
+                         args=(runner.path, runner.config, runner.store.cpu_slots, runner.works, runner.model,
                                runner.seed, arrivals, claimed, start, results, blas_share(runner.workers)))
              for _ in range(runner.workers)]
     for p in procs:

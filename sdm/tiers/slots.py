@@ -24,7 +24,7 @@ from contextlib import contextmanager
 
 from sdm.validate import check_int
 
-__all__ = ["CpuSlots", "default_cpu_slots", "give_up"]
+__all__ = ["CpuSlots", "default_cpu_slots", "give_up", "cpu_slots_text"]
 
 _local = threading.local()
 
@@ -35,6 +35,11 @@ def default_cpu_slots() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
         return max(1, os.cpu_count() or 1)
+
+
+def cpu_slots_text(n: int) -> str:
+    """A store's bound ``n`` in words, for reports (0: no bound)."""
+    return f"{n} CPU slots" if n else "no CPU slot bound"
 
 
 class CpuSlots:
