@@ -149,6 +149,20 @@ def test_the_host_simulation_over_a_thread_curve():
     assert 0 < low.utilization["cores"] < low.utilization["gil"] < 0.1
 
 
+def test_a_cold_core_stretches_the_profiled_cpu_not_the_process_cpu():
+    """Direct mode: the curve's process CPU per request (80 ms, mostly the IO engine's readers
+    in the kernel) is far above the serving thread's profiled 1 ms, which is what the cold
+    factors were measured on. Alone, a request takes the curve's 100 ms, and a core idle long
+    enough to be 3x slower adds 2 x 1 ms, not 2 x 80 ms."""
+    p = _threaded([10.0, 10.0], cpu_ms=80.0)
+    p.cpu_emb_ns = np.full(2, 1e6)
+    p.cold_gap_ns, p.cold_factor = np.array([0.0, 1e9]), np.array([1.0, 3.0])
+    sim = HostSimulation(p, arrivals=200, workers=2, threads=True, seed=1)
+    assert sim.cpu_share == pytest.approx(0.01)
+    lat = sim.run(0.001)[1:]  # about 1,000 s apart: each finds the process idle past the last gap
+    np.testing.assert_allclose(lat, 102e6, rtol=1e-9)
+
+
 def test_thread_workers_need_a_curve_long_enough():
     p = _threaded([500.0, 800.0])
     with pytest.raises(InvalidArgumentError, match="workers"):
