@@ -27,7 +27,7 @@ def test_calibrate_this_disk_and_name_it_in_a_hierarchy(tmp_path, capsys):
     assert main(["devices", "calibrate", str(tmp_path), "--seconds", "0.05", "--file-mib", "64",
                  "--name", "this-disk", "-o", str(out)]) == 0
     table = capsys.readouterr().out
-    assert "| queue depth |" in table and "fit: latency" in table
+    assert "| queue depth |" in table and "CPU us per read" in table and "fit: latency" in table
     device = load_device(out)
     assert device.name == "this-disk" and device.read_latency_us > 0 and device.max_read_iops > 0
     assert device.unverified == {"active_watts", "idle_watts", "usd_per_gb"}

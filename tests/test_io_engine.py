@@ -118,13 +118,13 @@ def test_short_reads_are_reported_and_errors_raised(data_file):
 def test_a_read_that_fails_once_and_then_succeeds_is_whole(data_file, monkeypatch):
     """A transient failure of the nogil loop (say EINTR) is read again, and that page is
     neither short nor an error."""
-    real = io_engine._pread_pages
+    real = io_engine.pread_pages
 
     def flaky(fd, pages, first, stride, base, page_bytes, got):
         real(fd, pages, first, stride, base, page_bytes, got)
         got[first] = -1  # every job's first page "failed"
 
-    monkeypatch.setattr(io_engine, "_pread_pages", flaky)
+    monkeypatch.setattr(io_engine, "pread_pages", flaky)
     engine = IOEngine("flaky", 2)
     fd = os.open(data_file, os.O_RDONLY)
     try:

@@ -69,11 +69,13 @@ def _calibrate(args) -> int:
     if args.json:
         print(json.dumps(cal.to_json(), indent=1))
         return 0
-    print("| queue depth | IOPS | latency us | model IOPS | model latency us | IOPS error | latency error |")
-    print("|---|---|---|---|---|---|---|")
+    print("| queue depth | IOPS | latency us | CPU us per read | model IOPS | model latency us | IOPS error "
+          "| latency error |")
+    print("|---|---|---|---|---|---|---|---|")
     for p in cal.points:
-        print(f"| {p['queue_depth']} | {p['iops']:,.0f} | {p['latency_us']:.1f} | {p['model_iops']:,.0f} "
-              f"| {p['model_latency_us']:.1f} | {p['iops_error']:+.1%} | {p['latency_error']:+.1%} |")
+        print(f"| {p['queue_depth']} | {p['iops']:,.0f} | {p['latency_us']:.1f} | {p['cpu_us_per_read']:.1f} "
+              f"| {p['model_iops']:,.0f} | {p['model_latency_us']:.1f} | {p['iops_error']:+.1%} "
+              f"| {p['latency_error']:+.1%} |")
     d = cal.device
     print(f"\nfit: latency {d.read_latency_us:.1f} us, max {d.max_read_iops:,.0f} IOPS, "
           f"{cal.units:.1f} units, {d.read_bandwidth_gbps:.2f} GB/s"

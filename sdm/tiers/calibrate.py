@@ -1,8 +1,10 @@
 """Calibrate the device model to a real disk (``sdm devices calibrate PATH``).
 
 Random ``block_bytes`` reads with O_DIRECT (so the page cache is out of the way) at each
-queue depth, ``q`` threads each keeping one read in flight (``os.preadv`` releases the GIL),
-give the disk's mean latency and IOPS per queue depth; large reads give its bandwidth. The
+queue depth, ``q`` threads each keeping one read in flight, give the disk's mean latency,
+IOPS and host CPU per read at that depth; large reads give its bandwidth. The reads go
+through libc's ``pread`` in a Numba loop with the GIL released, as a ``direct`` tier's IO
+engine issues them (:func:`sdm.tiers.io_engine.pread_pages`). The
 device model of :mod:`sdm.kernels.devqueue` is then fitted: the model predicts
 ``latency(q) = max(latency, q / max_iops)`` and ``IOPS(q) = min(q / latency, max_iops)``,
 and ``read_latency_us`` and ``max_read_iops`` are chosen to minimize the squared log error of
@@ -24,6 +26,7 @@ import numpy as np
 
 from sdm.devices import DeviceSpec
 from sdm.errors import InvalidArgumentError, StoreError
+from sdm.tiers.io_engine import pread_pages
 from sdm.validate import check_int, check_number
 
 __all__ = ["calibrate", "Calibration", "QUEUE_DEPTHS"]
@@ -32,14 +35,20 @@ QUEUE_DEPTHS = (1, 2, 4, 8, 16, 32, 64)
 _MIN_FILE_BYTES = 64 << 20
 _BANDWIDTH_READ_BYTES = 1 << 20
 _CHUNK = 8 << 20
+#: Reads per call of the GIL-free read loop (at most :data:`_LOOP_BYTES` of them); the
+#: deadline is checked between calls.
+_LOOP_READS = 32
+_LOOP_BYTES = 1 << 20
 
 
 @dataclass
 class Calibration:
     """What :func:`calibrate` measured and fitted.
 
-    ``points``: per queue depth ``{queue_depth, iops, latency_us, model_iops,
-    model_latency_us, iops_error, latency_error}`` (errors relative to the measurement);
+    ``points``: per queue depth ``{queue_depth, iops, latency_us, cpu_us_per_read,
+    model_iops, model_latency_us, iops_error, latency_error}`` (errors relative to the
+    measurement; ``cpu_us_per_read``: the process's CPU time, the kernel's included, over the
+    reads);
     ``device``: the fitted :class:`DeviceSpec`.
     """
 
@@ -131,6 +140,9 @@ def calibrate(path, *, queue_depths=QUEUE_DEPTHS, seconds: float = 1.0, file_byt
         fd = _open_direct(target)
         try:
             blocks = file_bytes // block_bytes
+            buf, base = _aligned_buffer(block_bytes)
+            _read_blocks(fd, np.zeros(1, dtype=np.int64), base, block_bytes)  # compiles the loop, untimed
+            del buf
             measured = []
             for q in depths:
                 say(f"queue depth {q}: {seconds:g} s of random {block_bytes} B reads")
@@ -146,16 +158,16 @@ def calibrate(path, *, queue_depths=QUEUE_DEPTHS, seconds: float = 1.0, file_byt
 
 
 def _fit(path, measured, bandwidth, block_bytes, seconds, name) -> Calibration:
-    by_depth = {q: (iops, lat) for q, iops, lat in measured}
-    latency_us, max_iops = _fit_model(np.array([(q, lat) for q, (_, lat) in sorted(by_depth.items())]),
-                                      max(iops for iops, _ in by_depth.values()))
+    by_depth = {q: (iops, lat, cpu) for q, iops, lat, cpu in measured}
+    latency_us, max_iops = _fit_model(np.array([(q, lat) for q, (_, lat, _) in sorted(by_depth.items())]),
+                                      max(iops for iops, _, _ in by_depth.values()))
     points = []
-    for q, (iops, lat) in sorted(by_depth.items()):
+    for q, (iops, lat, cpu) in sorted(by_depth.items()):
         model_iops = min(q / (latency_us * 1e-6), max_iops)
         model_lat = max(latency_us, q / max_iops * 1e6)
-        points.append({"queue_depth": q, "iops": iops, "latency_us": lat, "model_iops": model_iops,
-                       "model_latency_us": model_lat, "iops_error": model_iops / iops - 1,
-                       "latency_error": model_lat / lat - 1})
+        points.append({"queue_depth": q, "iops": iops, "latency_us": lat, "cpu_us_per_read": cpu,
+                       "model_iops": model_iops, "model_latency_us": model_lat,
+                       "iops_error": model_iops / iops - 1, "latency_error": model_lat / lat - 1})
     st = os.statvfs(path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path)))
     device = DeviceSpec(
         name=name or f"disk-{os.stat(path).st_dev:x}", media="measured (O_DIRECT random reads)",
@@ -199,38 +211,73 @@ def _open_direct(target: str) -> int:
         raise StoreError(f"cannot open {target} with O_DIRECT: {exc.strerror}") from None
 
 
-def _random_reads(fd: int, blocks: int, block_bytes: int, q: int, seconds: float):
-    """``(iops, mean latency us)`` of ``q`` threads each reading random blocks back to back."""
-    counts = [0] * q
-    totals = [0] * q
+def _random_reads(fd: int, blocks: int, block_bytes: int, q: int, seconds: float) -> tuple:
+    """``(iops, mean latency us, CPU us per read)`` of ``q`` threads each reading random
+    blocks back to back for about ``seconds``.
+
+    Each thread reads up to :data:`_LOOP_READS` blocks per call of the IO engine's GIL-free loop
+    and checks the time between calls, so a read waits on the disk, not on the GIL. Threads
+    that each called ``os.preadv`` took the GIL back after every read, and on the 2-core AMD
+    EPYC VM that wait, not the disk, set the rate past 8 in flight: 49-61K reads/s at depth 8,
+    then 26-48K at 16-64 with a "latency" of 0.3-2.5 ms, where this loop read 63-113K/s at
+    0.13-0.9 ms (bench/RESULTS.md). A thread's mean latency is its time over its reads (one
+    in flight at a time); IOPS sums each thread's reads over its own time."""
+    done = [(0, 0)] * q
+    failed: list[BaseException] = []
     start = threading.Barrier(q + 1)
-    deadline = [0.0]
+    deadline = [0]
+
+    per_loop = max(1, min(_LOOP_READS, _LOOP_BYTES // block_bytes))
 
     def run(k: int) -> None:
-        buf = mmap.mmap(-1, block_bytes)  # page aligned, as O_DIRECT needs
+        buf, base = _aligned_buffer(per_loop * block_bytes)
         rng = np.random.default_rng([k, q])
-        offsets = (rng.integers(0, blocks, 1 << 16) * block_bytes).tolist()
+        n = 0
         start.wait()
-        n = spent = 0
-        while True:
-            t0 = time.perf_counter_ns()
-            if t0 >= deadline[0]:
-                break
-            os.preadv(fd, [buf], offsets[n & 0xFFFF])
-            spent += time.perf_counter_ns() - t0
-            n += 1
-        counts[k], totals[k] = n, spent
-        buf.close()
+        t0 = now = time.perf_counter_ns()
+        try:
+            while n == 0 or now < deadline[0]:  # at least one loop, however short the window
+                _read_blocks(fd, rng.integers(0, blocks, per_loop), base, block_bytes)
+                n += per_loop
+                now = time.perf_counter_ns()
+        except BaseException as exc:  # noqa: BLE001 - raised by the caller once all threads end
+            failed.append(exc)
+        done[k] = (n, now - t0)
 
     threads = [threading.Thread(target=run, args=(k,)) for k in range(q)]
     for t in threads:
         t.start()
-    deadline[0] = time.perf_counter_ns() + seconds * 1e9
+    cpu0 = time.process_time_ns()
+    deadline[0] = time.perf_counter_ns() + int(seconds * 1e9)
     start.wait()
     for t in threads:
         t.join()
-    reads = sum(counts)
-    return reads / seconds, (sum(totals) / reads / 1e3) if reads else float("nan")
+    cpu = time.process_time_ns() - cpu0
+    if failed:
+        raise failed[0]
+    reads = sum(n for n, _ in done)
+    iops = sum(n / ns for n, ns in done) * 1e9
+    latency_us = float(np.mean([ns / n for n, ns in done])) / 1e3
+    return iops, latency_us, cpu / reads / 1e3
+
+
+def _aligned_buffer(nbytes: int) -> tuple[np.ndarray, int]:
+    """``(buffer, address)``: ``nbytes`` at a page-aligned address, as O_DIRECT needs (keep
+    the buffer while the address is used)."""
+    buf = np.empty(nbytes + mmap.PAGESIZE, dtype=np.uint8)
+    return buf, buf.ctypes.data + (-buf.ctypes.data) % mmap.PAGESIZE
+
+
+def _read_blocks(fd: int, blocks: np.ndarray, base: int, block_bytes: int) -> None:
+    """Read ``blocks`` ``(n,)`` int64 of ``fd`` into ``base`` onwards, with the GIL released.
+
+    Raises:
+        StoreError: a read failed or came back short.
+    """
+    got = np.empty(blocks.shape[0], dtype=np.int64)
+    pread_pages(fd, blocks, 0, 1, base, block_bytes, got)
+    if (got != block_bytes).any():
+        raise StoreError(f"an O_DIRECT read of the test file failed (pread returned {int(got.min())})")
 
 
 def _bandwidth(fd: int, file_bytes: int, seconds: float) -> float:

@@ -5,7 +5,7 @@ driven at (an NVMe queue's depth). :class:`IOEngine` is that bound for one devic
 reader threads, started once, take read jobs first come first served from one queue, so at
 most ``depth`` reads are outstanding on the device whatever the number of requests, and no
 request starts threads of its own. A job's reads run in one Numba loop over libc's ``pread``
-with the GIL released (:func:`_pread_pages`), so the readers wait on the device in parallel
+with the GIL released (:func:`pread_pages`), so the readers wait on the device in parallel
 while requests run Python, and a read costs no Python: per 4 KiB O_DIRECT read on the AMD EPYC
 VM (Zen 4), 7.6-9.1 us of CPU (mostly the kernel's) against 10-16 us with an ``os.preadv``
 call per read under the GIL, and 60-77K reads/s against 44-64K at 16 jobs (bench/RESULTS.md).
@@ -28,7 +28,7 @@ from sdm.kernels.jit import jit
 from sdm.validate import check_int
 from sdm.tiers.slots import give_up
 
-__all__ = ["IOEngine", "MAX_ENGINE_DEPTH"]
+__all__ = ["IOEngine", "MAX_ENGINE_DEPTH", "pread_pages"]
 
 #: The most reads one engine keeps in flight (reader threads it starts): a tier's largest
 #: queue depth.
@@ -45,7 +45,7 @@ _pread.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int6
 # Not cached: Numba cannot cache a function that calls through a ctypes pointer. It compiles in
 # about 0.2 s, once per process, at the first direct read.
 @jit(cache=False)
-def _pread_pages(fd, pages, first, stride, base, page_bytes, got):
+def pread_pages(fd, pages, first, stride, base, page_bytes, got):
     """``got[j]`` = what ``pread`` returned reading page ``pages[j]`` of ``fd`` into address
     ``base + j * page_bytes``, for ``j`` in ``first, first + stride, ...`` (``pages``, ``got``:
     ``(n,)`` int64): ``page_bytes``, fewer at the end of the file, or -1 on an error (the
@@ -131,7 +131,7 @@ class IOEngine:
 
     def _run(self, fd, pages, first, stride, buffer, page_bytes, got) -> tuple[list[int], Exception | None]:
         """One job's reads: (positions read short, the first error or None)."""
-        _pread_pages(fd, pages, first, stride, buffer.ctypes.data, page_bytes, got)
+        pread_pages(fd, pages, first, stride, buffer.ctypes.data, page_bytes, got)
         mine = got[first::stride]  # a view: the re-reads below update it
         with self._lock:
             self._reads += mine.shape[0]
