@@ -35,9 +35,9 @@ def register(sub) -> None:
         "calibrate", help="fit the device model to the disk holding PATH (O_DIRECT reads)",
         description="Measure the device holding PATH with O_DIRECT random reads at queue depths "
                     "1-64 (and 1 MiB reads for bandwidth), fit the device model (latency, max "
-                    "IOPS: units = IOPS x latency; bandwidth), print the fit error at each queue "
-                    "depth, and write the device as TOML, which a hierarchy names with "
-                    "device = \"FILE.toml\".")
+                    "IOPS: units = IOPS x latency; bandwidth), print the fit error and the host's "
+                    "CPU time per read at each queue depth, and write the device as TOML, which a "
+                    "hierarchy names with device = \"FILE.toml\".")
     c.add_argument("path", metavar="PATH", help="a directory on the device (a test file is written "
                                                 "there and removed) or a file of >= 64 MiB")
     c.add_argument("--seconds", type=float, default=1.0, help="seconds per queue depth (default 1)")
