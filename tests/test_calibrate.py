@@ -38,6 +38,17 @@ def test_calibrate_this_disk_and_name_it_in_a_hierarchy(tmp_path, capsys):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".sdm-calibrate")]  # cleaned up
 
 
+def test_calibrate_measures_each_depth_and_its_cpu(tmp_path):
+    """Every depth asked is measured through the GIL-free loop: reads finished, a latency no
+    shorter than a microsecond, and the process's CPU per read; the file is removed."""
+    cal = calibrate(tmp_path, queue_depths=(1, 4), seconds=0.05, file_bytes=64 << 20)
+    assert [p["queue_depth"] for p in cal.points] == [1, 4]
+    for p in cal.points:
+        assert p["iops"] > 0 and p["latency_us"] >= 1.0 and p["cpu_us_per_read"] > 0
+        assert p["latency_us"] * 1e-6 * p["iops"] == pytest.approx(p["queue_depth"], rel=0.5)  # Little's law
+    assert not list(tmp_path.iterdir())
+
+
 def test_bad_input(tmp_path):
     with pytest.raises(InvalidArgumentError, match="neither a directory nor a file"):
         calibrate(tmp_path / "missing")
