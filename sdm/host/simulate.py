@@ -20,8 +20,9 @@ With ``threads``, the ``workers`` are threads of one process and the simulation 
 :class:`~sdm.host.threads.ThreadCurve` instead: the process as one server whose speed
 depends on the requests in it (GIL, cores and devices together, as measured), each request's
 work its profiled CPU over the mean, a request that finds the process idle slowed by the
-cold-core factors (on its CPU share: its profiled CPU over its time alone, 1 / X(1)). The platform's stalls and wake-ups are not drawn again (the closed-loop
-curve has them in its mean). Its utilization: ``cores`` from the curve's CPU per request,
+cold-core factors (on its CPU share: its profiled CPU over its time alone, 1 / X(1)). The
+platform's stalls and wake-ups are not drawn again (the closed-loop curve has them in its
+mean). Its utilization: ``cores`` from the curve's CPU per request,
 ``workers`` the threads in service, ``gil`` the rate served over the process's throughput
 with every thread in service (the bottleneck ``gil`` when that is the busiest: the threads,
 not the cores, limit the rate).

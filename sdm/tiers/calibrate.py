@@ -220,13 +220,12 @@ def _random_reads(fd: int, blocks: int, block_bytes: int, q: int, seconds: float
     that each called ``os.preadv`` took the GIL back after every read, and on the 2-core AMD
     EPYC VM that wait, not the disk, set the rate past 8 in flight: 49-61K reads/s at depth 8,
     then 26-48K at 16-64 with a "latency" of 0.3-2.5 ms, where this loop read 63-113K/s at
-    0.13-0.9 ms (bench/RESULTS.md). A thread's mean latency is its time over its reads (one
+    0.12-0.9 ms at depths 8-64 (bench/RESULTS.md). A thread's mean latency is its time over its reads (one
     in flight at a time); IOPS sums each thread's reads over its own time."""
     done = [(0, 0)] * q
     failed: list[BaseException] = []
     start = threading.Barrier(q + 1)
     deadline = [0]
-
     per_loop = max(1, min(_LOOP_READS, _LOOP_BYTES // block_bytes))
 
     def run(k: int) -> None:
