@@ -3,11 +3,16 @@ O_DIRECT run on this machine's disk whose TOML a hierarchy names."""
 
 from __future__ import annotations
 
+import errno
+import os
+import threading
+
 import numpy as np
 import pytest
 
+import sdm.tiers.calibrate as calibrate_module
 from sdm.cli import main
-from sdm.errors import ConfigError, InvalidArgumentError
+from sdm.errors import ConfigError, InvalidArgumentError, StoreError
 from sdm.store.config import load_device, load_toml
 from sdm.tiers.calibrate import _fit_model, calibrate
 
@@ -38,15 +43,56 @@ def test_calibrate_this_disk_and_name_it_in_a_hierarchy(tmp_path, capsys):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".sdm-calibrate")]  # cleaned up
 
 
-def test_calibrate_measures_each_depth_and_its_cpu(tmp_path):
-    """Every depth asked is measured through the GIL-free loop: reads finished, a latency no
-    shorter than a microsecond, and the process's CPU per read; the file is removed."""
-    cal = calibrate(tmp_path, queue_depths=(1, 4), seconds=0.05, file_bytes=64 << 20)
-    assert [p["queue_depth"] for p in cal.points] == [1, 4]
-    for p in cal.points:
-        assert p["iops"] > 0 and p["latency_us"] >= 1.0 and p["cpu_us_per_read"] > 0
-        assert p["latency_us"] * 1e-6 * p["iops"] == pytest.approx(p["queue_depth"], rel=0.5)  # Little's law
-    assert not list(tmp_path.iterdir())
+def _test_file(tmp_path) -> tuple[int, int]:
+    """``(fd, blocks)``: a 64 MiB file opened with O_DIRECT and its 4 KiB blocks."""
+    target = str(tmp_path / "test.bin")
+    calibrate_module._write_file(target, 64 << 20)
+    return calibrate_module._open_direct(target), (64 << 20) // 4096
+
+
+def test_calibrate_counts_the_reads_it_makes(tmp_path, monkeypatch):
+    """Every depth asked is measured through the GIL-free loop, and its figures are the reads
+    made: IOPS x the window is about the reads counted (each thread's window runs past the
+    deadline by less than one loop), with a latency and the process's CPU per read."""
+    made = {}
+    real = calibrate_module.pread_pages
+
+    def counted(fd, pages, first, stride, base, page_bytes, got):
+        real(fd, pages, first, stride, base, page_bytes, got)
+        made[threading.get_ident()] = made.get(threading.get_ident(), 0) + pages.shape[0]
+
+    monkeypatch.setattr(calibrate_module, "pread_pages", counted)
+    fd, blocks = _test_file(tmp_path)
+    try:
+        for q in (1, 4):
+            made.clear()
+            iops, latency_us, cpu_us = calibrate_module._random_reads(fd, blocks, 4096, q, 0.1)
+            assert len(made) == q  # q threads, each reading
+            assert iops * 0.1 == pytest.approx(sum(made.values()), rel=0.3)
+            assert latency_us > 0 and cpu_us > 0
+    finally:
+        os.close(fd)
+
+
+def test_a_read_that_fails_again_is_a_typed_error_with_its_reason(tmp_path, monkeypatch):
+    """The loop's -1 is read once more for its errno; a second failure raises StoreError
+    naming it, from every depth's threads, and no thread is left waiting."""
+    def failing(fd, pages, first, stride, base, page_bytes, got):
+        got[:] = -1
+
+    def eio(fd, buffers, offset):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(calibrate_module, "pread_pages", failing)
+    monkeypatch.setattr(calibrate_module.os, "preadv", eio)
+    fd, blocks = _test_file(tmp_path)
+    before = threading.active_count()
+    try:
+        with pytest.raises(StoreError, match="Input/output error"):
+            calibrate_module._random_reads(fd, blocks, 4096, 4, 0.05)
+    finally:
+        os.close(fd)
+    assert threading.active_count() == before
 
 
 def test_bad_input(tmp_path):

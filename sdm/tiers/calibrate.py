@@ -140,9 +140,8 @@ def calibrate(path, *, queue_depths=QUEUE_DEPTHS, seconds: float = 1.0, file_byt
         fd = _open_direct(target)
         try:
             blocks = file_bytes // block_bytes
-            buf, base = _aligned_buffer(block_bytes)
-            _read_blocks(fd, np.zeros(1, dtype=np.int64), base, block_bytes)  # compiles the loop, untimed
-            del buf
+            probe = _aligned_buffer(block_bytes)
+            _read_blocks(fd, np.zeros(1, dtype=np.int64), probe, block_bytes)  # compiles the loop, untimed
             measured = []
             for q in depths:
                 say(f"queue depth {q}: {seconds:g} s of random {block_bytes} B reads")
@@ -220,35 +219,44 @@ def _random_reads(fd: int, blocks: int, block_bytes: int, q: int, seconds: float
     that each called ``os.preadv`` took the GIL back after every read, and on the 2-core AMD
     EPYC VM that wait, not the disk, set the rate past 8 in flight: 49-61K reads/s at depth 8,
     then 26-48K at 16-64 with a "latency" of 0.3-2.5 ms, where this loop read 63-113K/s at
-    0.12-0.9 ms at depths 8-64 (bench/RESULTS.md). A thread's mean latency is its time over its reads (one
-    in flight at a time); IOPS sums each thread's reads over its own time."""
+    0.12-0.9 ms at depths 8-64 (bench/RESULTS.md). A thread's mean latency is its time over
+    its reads (one in flight at a time); IOPS sums each thread's reads over its own time."""
+    per_loop = max(1, min(_LOOP_READS, _LOOP_BYTES // block_bytes))
+    # Buffers and generators made here: a thread that failed before the barrier would leave
+    # every other party waiting at it.
+    buffers = [_aligned_buffer(per_loop * block_bytes) for _ in range(q)]
+    rngs = [np.random.default_rng([k, q]) for k in range(q)]
     done = [(0, 0)] * q
     failed: list[BaseException] = []
     start = threading.Barrier(q + 1)
     deadline = [0]
-    per_loop = max(1, min(_LOOP_READS, _LOOP_BYTES // block_bytes))
 
     def run(k: int) -> None:
-        buf, base = _aligned_buffer(per_loop * block_bytes)
-        rng = np.random.default_rng([k, q])
+        try:
+            start.wait()
+        except threading.BrokenBarrierError:  # the caller gave up before the window opened
+            return
         n = 0
-        start.wait()
         t0 = now = time.perf_counter_ns()
         try:
             while n == 0 or now < deadline[0]:  # at least one loop, however short the window
-                _read_blocks(fd, rng.integers(0, blocks, per_loop), base, block_bytes)
+                _read_blocks(fd, rngs[k].integers(0, blocks, per_loop), buffers[k], block_bytes)
                 n += per_loop
                 now = time.perf_counter_ns()
         except BaseException as exc:  # noqa: BLE001 - raised by the caller once all threads end
             failed.append(exc)
         done[k] = (n, now - t0)
 
-    threads = [threading.Thread(target=run, args=(k,)) for k in range(q)]
-    for t in threads:
-        t.start()
-    cpu0 = time.process_time_ns()
-    deadline[0] = time.perf_counter_ns() + int(seconds * 1e9)
-    start.wait()
+    threads = [threading.Thread(target=run, args=(k,), daemon=True) for k in range(q)]
+    try:
+        for t in threads:
+            t.start()
+        cpu0 = time.process_time_ns()
+        deadline[0] = time.perf_counter_ns() + int(seconds * 1e9)
+        start.wait()
+    except BaseException:
+        start.abort()  # the threads started return; none is left at the barrier
+        raise
     for t in threads:
         t.join()
     cpu = time.process_time_ns() - cpu0
@@ -260,23 +268,32 @@ def _random_reads(fd: int, blocks: int, block_bytes: int, q: int, seconds: float
     return iops, latency_us, cpu / reads / 1e3
 
 
-def _aligned_buffer(nbytes: int) -> tuple[np.ndarray, int]:
-    """``(buffer, address)``: ``nbytes`` at a page-aligned address, as O_DIRECT needs (keep
-    the buffer while the address is used)."""
-    buf = np.empty(nbytes + mmap.PAGESIZE, dtype=np.uint8)
-    return buf, buf.ctypes.data + (-buf.ctypes.data) % mmap.PAGESIZE
+def _aligned_buffer(nbytes: int) -> np.ndarray:
+    """``(nbytes,)`` uint8 starting at a page-aligned address, as O_DIRECT needs."""
+    raw = np.empty(nbytes + mmap.PAGESIZE, dtype=np.uint8)
+    skip = -raw.ctypes.data % mmap.PAGESIZE
+    return raw[skip:skip + nbytes]  # a view: it keeps ``raw`` alive
 
 
-def _read_blocks(fd: int, blocks: np.ndarray, base: int, block_bytes: int) -> None:
-    """Read ``blocks`` ``(n,)`` int64 of ``fd`` into ``base`` onwards, with the GIL released.
+def _read_blocks(fd: int, blocks: np.ndarray, buf: np.ndarray, block_bytes: int) -> None:
+    """Read ``blocks`` ``(n,)`` int64 of ``fd`` into ``buf`` (aligned, at least ``n x
+    block_bytes``), with the GIL released. A block whose read failed is read once more with
+    ``os.preadv`` for its errno (the IO engine does the same).
 
     Raises:
-        StoreError: a read failed or came back short.
+        StoreError: a read failed again or came back short.
     """
     got = np.empty(blocks.shape[0], dtype=np.int64)
-    pread_pages(fd, blocks, 0, 1, base, block_bytes, got)
-    if (got != block_bytes).any():
-        raise StoreError(f"an O_DIRECT read of the test file failed (pread returned {int(got.min())})")
+    pread_pages(fd, blocks, 0, 1, buf.ctypes.data, block_bytes, got)
+    for j in np.flatnonzero(got != block_bytes).tolist():
+        offset = int(blocks[j]) * block_bytes
+        try:
+            again = os.preadv(fd, [memoryview(buf[j * block_bytes:(j + 1) * block_bytes])], offset)
+        except OSError as exc:
+            raise StoreError(f"an O_DIRECT read of {block_bytes} B at offset {offset} failed: "
+                             f"{exc.strerror}") from None
+        if again != block_bytes:
+            raise StoreError(f"an O_DIRECT read of {block_bytes} B at offset {offset} returned {again} B")
 
 
 def _bandwidth(fd: int, file_bytes: int, seconds: float) -> float:
