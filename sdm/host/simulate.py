@@ -22,10 +22,10 @@ depends on the requests in it (GIL, cores and devices together, as measured), ea
 work its profiled CPU over the mean, a request that finds the process idle slowed by the
 cold-core factors (on its CPU share: its profiled CPU over its time alone, 1 / X(1)). The
 platform's stalls and wake-ups are not drawn again (the closed-loop curve has them in its
-mean). Its utilization: ``cores`` from the curve's CPU per request,
-``workers`` the threads in service, ``gil`` the rate served over the process's throughput
-with every thread in service (the bottleneck ``gil`` when that is the busiest: the threads,
-not the cores, limit the rate).
+mean). Its utilization: ``cores`` from the curve's CPU per request, ``workers`` the threads
+in service, ``gil`` the rate served over the process's throughput with every thread in
+service (the bottleneck ``gil`` when that is the busiest: the threads, not the cores, limit
+the rate).
 
 Utilization is busy time over the span of the arrivals: core busy time (stalls included) over ``cores x span``;
 with a limited pool of workers, the time requests held one over ``workers x span``;
