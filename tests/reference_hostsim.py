@@ -28,7 +28,8 @@ class _Device:
         return reserve(*self.state, issue, issue, reads, queue_depth, self.latency, self.units)[0]
 
 
-def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=None, overlap=False, cold=None):
+def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=None, overlap=False, cold=None,
+             read_cpu=None):
     """Latency (ns) of each arrival.
 
     ``requests``: a list of profiled requests, arrival ``n`` being ``requests[n % R]``; each a
@@ -42,6 +43,9 @@ def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=Non
     cold factor).
     ``cold``: ``(gaps_ns, factors)``: a task's time is multiplied by the factor interpolated at
     how long its core was idle (default none).
+    ``read_cpu[d]``: core ns each read on device ``d`` costs (default none): a batch with such
+    reads also queues ``min(queue_depth, cores)`` equal CPU tasks of their total, and the next
+    batch waits for them and its reads; no cold factor or stall applies to them.
     """
     stages = {"emb": 0, "bottom": 1, "top": 2}
     seq = itertools.count()
@@ -57,6 +61,11 @@ def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=Non
     left = {}  # request -> branches (reads, bottom) still running
     step = {}  # request -> index of the batch in flight
     started = {}  # request -> (when its embedding task started, its cold factor)
+    batch_left = {}  # request -> its batch's reads and read-CPU tasks still running
+    part = {}  # request -> the time of each read-CPU task of its batch
+
+    def cost_of(n, stage):
+        return part[n] if stage == "read" else profile(n)[stage]
 
     def at(t, what):
         heapq.heappush(events, (t, next(seq), what))
@@ -95,9 +104,23 @@ def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=Non
                 return
         qd, parts = batches[step[n]]
         done = 0.0
+        cpu = 0.0
         for d, reads in parts:
             done = max(done, queues[d].submit(float(now), int(reads), int(qd)))
+            cpu += reads * (0.0 if read_cpu is None else read_cpu[d])
         at(now + done, ("reads", n))
+        batch_left[n] = 1
+        if cpu > 0:
+            k = min(qd, cores)
+            part[n] = cpu / k
+            batch_left[n] += k
+            ready.extend([(n, "read")] * k)
+
+    def batch_part_done(n, now):
+        batch_left[n] -= 1
+        if batch_left[n] == 0:
+            step[n] += 1
+            issue(n, now)
 
     if len(arrivals):
         at(arrivals[0], ("arrive", 0))
@@ -120,9 +143,7 @@ def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=Non
         elif kind == "woke from reads":
             branch_done(rest[0])
         elif kind == "reads":
-            n = rest[0]
-            step[n] += 1
-            issue(n, now)
+            batch_part_done(rest[0], now)
         elif kind == "reads start":
             n = rest[0]
             step[n] = 0
@@ -134,7 +155,9 @@ def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=Non
             if core is not None:
                 idle.append(core)
                 free_at[core] = now
-            if stage == "emb" and overlap:
+            if stage == "read":
+                batch_part_done(n, now)
+            elif stage == "emb" and overlap:
                 emb_done.add(n)
                 branch_done(n)
             elif stage == "emb":
@@ -149,7 +172,7 @@ def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=Non
                     active += 1
                     begin(waiting.popleft())
         for n, stage in list(ready):
-            if profile(n)[stage] <= 0:  # no core needed, no wait for one
+            if cost_of(n, stage) <= 0:  # no core needed, no wait for one
                 ready.remove((n, stage))
                 at(now, ("cpu", n, stage, None))
                 if stage == "emb" and overlap:
@@ -158,6 +181,9 @@ def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=Non
         while ready and idle:
             n, stage = ready.popleft()
             core = idle.pop()
+            if stage == "read":  # the device's work, not the request's: no cold factor, no stall
+                at(now + part[n], ("cpu", n, stage, core))
+                continue
             factor = 1.0 if cold is None else float(np.interp(now - free_at[core], *cold))
             cost = profile(n)[stage] * factor
             extra = 0.0 if stall is None else stall[n][stages[stage]]

@@ -219,3 +219,35 @@ def test_unsupported_hierarchies_and_direct_without_a_disk_are_errors(tmp_path):
 
     with pytest.raises(ConfigError, match="calibrate"):
         build_profile(TINY, with_io_mode("sdm-nand", "direct"), dim=8, workdir=str(tmp_path))
+
+
+def test_a_direct_store_is_timed_with_the_cpu_its_reads_cost(tmp_path, monkeypatch):
+    """Under ``direct`` a request's CPU is timed over a direct store, and the CPU its reads
+    cost the IO engine's readers becomes its SCM device's ``read_cpu_ns``, which the cores
+    pay per read; the DRAM device's reads cost none."""
+    from sdm.devices import get_device
+    from sdm.host import profile
+    from sdm.host.spec import this_machine
+    from sdm.store.config import with_io_mode
+
+    seen = []
+    real = profile._direct_cpu
+
+    def direct(st, bags):
+        out = real(st, bags)
+        seen.append((st.config.io_mode, out))
+        return out
+
+    monkeypatch.setattr(profile, "_direct_cpu", direct)
+    host = this_machine(disk=get_device("nand-p4500"))
+    p = build_profile(TINY, with_io_mode(SMALL, "direct"), host, dim=8, workdir=str(tmp_path))
+    (mode, (emb, per_read)), = seen
+    assert mode == "direct" and per_read > 0
+    np.testing.assert_allclose(p.cpu_emb_ns, emb)
+    dram, disk = p.devices
+    assert dram.read_cpu_ns == 0 and disk.read_cpu_ns == pytest.approx(per_read)
+    reads = p.reads_per_request()
+    assert reads[1] > 0
+    tasks = float((p.cpu_emb_ns + p.cpu_bottom_ns + p.cpu_top_ns).mean())
+    assert p.cpu_ns_per_request() == pytest.approx(tasks + reads[1] * per_read)
+    assert p.summary()["devices"][1]["cpu_us_per_read"] == pytest.approx(per_read / 1e3)

@@ -18,10 +18,11 @@ from sdm.kernels.hostsim import simulate_host
 
 
 def _profile(cpu_emb, *, bottom=None, top=None, batches=None, devices=(), cores=1, after=None,
-             cold=None) -> RequestProfile:
+             cold=None, read_cpu=None) -> RequestProfile:
     """A profile of ``len(cpu_emb)`` requests; ``batches[r]`` a list of (qd, [(device, reads)]),
     ``after[r]`` the CPU ns into the embedding task each of them waits for (default 0) and
-    ``cold[r]`` the part of it a cold core stretches (default ``after``)."""
+    ``cold[r]`` the part of it a cold core stretches (default ``after``); ``read_cpu[d]``: the
+    core ns a read on device ``d`` costs (default none)."""
     R = len(cpu_emb)
     batches = batches or [[] for _ in range(R)]
     bptr, qd, sptr, sdev, sreads = [0], [], [0], [], []
@@ -42,7 +43,8 @@ def _profile(cpu_emb, *, bottom=None, top=None, batches=None, devices=(), cores=
         cpu_bottom_ns=zeros if bottom is None else np.asarray(bottom, float),
         cpu_top_ns=zeros if top is None else np.asarray(top, float), batch_ptr=i64(bptr), batch_qd=i64(qd),
         sub_ptr=i64(sptr), sub_dev=i64(sdev), sub_reads=i64(sreads),
-        devices=[Device(f"d{i}", "mmap", lat, sp) for i, (lat, sp) in enumerate(devices)],
+        devices=[Device(f"d{i}", "mmap", lat, sp, 0.0 if read_cpu is None else read_cpu[i])
+                 for i, (lat, sp) in enumerate(devices)],
         settles_after=0, live_hits=None,
         batch_after_ns=np.zeros(len(qd)) if after is None else np.asarray(sum(after, []), dtype=np.float64),
         batch_cold_ns=None if cold is None else np.asarray(sum(cold, []), dtype=np.float64))
@@ -56,8 +58,9 @@ def _kernel_latency(p: RequestProfile, arrivals, cores, workers=0, stall=None, w
     wake = np.zeros((len(arrivals), 2)) if wake is None else np.asarray(wake, dtype=np.float64)
     lat = np.array([d.latency_ns for d in p.devices], dtype=np.float64)
     sp = np.array([d.spacing_ns for d in p.devices], dtype=np.float64)
+    rc = np.array([d.read_cpu_ns for d in p.devices], dtype=np.float64)
     simulate_host(np.asarray(arrivals, dtype=np.float64), np.int64(p.requests), p.cpu_emb_ns, p.cpu_bottom_ns,
-                  p.cpu_top_ns, p.batch_ptr, p.batch_qd, p.sub_ptr, p.sub_dev, p.sub_reads, lat, sp,
+                  p.cpu_top_ns, p.batch_ptr, p.batch_qd, p.sub_ptr, p.sub_dev, p.sub_reads, lat, sp, rc,
                   np.int64(cores), np.int64(workers), stall, wake, overlap, p.batch_after_ns,
                   p.batch_after_ns if p.batch_cold_ns is None else p.batch_cold_ns, gaps, factors, out,
                   np.zeros(len(p.devices), np.int64),
@@ -84,9 +87,12 @@ def test_the_kernel_matches_the_reference_simulator(requests, gaps, devices, cor
         r["after"] = sorted(noise.draw(st.lists(st.integers(0, 600), min_size=len(r["batches"]),
                                                 max_size=len(r["batches"]))))
         r["cold"] = noise.draw(st.lists(st.integers(0, 600), min_size=len(r["batches"]), max_size=len(r["batches"])))
+    # reads that cost the cores CPU (direct IO): none, or a few ns per read on each device; a
+    # batch's total over its parts (1-3) may not be exact, but both simulators divide the same sum
+    read_cpu = noise.draw(st.one_of(st.none(), st.lists(st.integers(0, 20), min_size=3, max_size=3)))
     p = _profile([r["emb"] for r in requests], bottom=[r["bottom"] for r in requests],
                  top=[r["top"] for r in requests], batches=[r["batches"] for r in requests], devices=devices,
-                 after=[r["after"] for r in requests], cold=[r["cold"] for r in requests])
+                 after=[r["after"] for r in requests], cold=[r["cold"] for r in requests], read_cpu=read_cpu)
     n = len(arrivals)
     # the platform's stalls and wake-ups (sdm.host.platform): none, or some for every arrival
     stall, wake = noise.draw(st.one_of(st.none(), st.tuples(
@@ -98,7 +104,7 @@ def test_the_kernel_matches_the_reference_simulator(requests, gaps, devices, cor
     overlap = noise.draw(st.booleans())
     cold = noise.draw(st.one_of(st.none(), st.lists(st.sampled_from([1.0, 2.0, 4.0]), min_size=1, max_size=3).map(
         lambda f: (np.arange(len(f), dtype=np.float64) * 128.0, sorted(f)))))
-    want = reference_simulate(arrivals, requests, devices, cores, workers, stall, wake, overlap, cold)
+    want = reference_simulate(arrivals, requests, devices, cores, workers, stall, wake, overlap, cold, read_cpu)
     got = _kernel_latency(p, arrivals, cores, workers, stall, wake, overlap, cold)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
 
@@ -236,3 +242,31 @@ def test_a_pool_of_blocked_workers_is_the_bottleneck():
     sla = sim.qps_at_sla(200.0)
     assert sla.bottleneck == "workers" and sla.qps < 1e9 / 10_100
     assert "workers" not in HostSimulation(p, arrivals=1000).point(50_000.0).utilization
+
+
+def test_a_batch_ends_with_the_later_of_its_reads_and_their_cpu_spread_over_the_cores():
+    # 100 reads at queue depth 10 on a device of 10 units (1 us each): 10 us of device time.
+    # At 40 ns of CPU a read, their 4 us run as 2 tasks of 2 us on 2 cores, beside the device:
+    # the batch takes 10 us. At 300 ns a read, 30 us as 2 x 15 us: the cores take longer. On
+    # one core, no split. A cold core does not stretch a read's CPU: it is the device's work.
+    batches = [[(10, [(0, 100)])]]
+    for per_read, cores, want in [(0.0, 2, 10_000.0), (40.0, 2, 10_000.0), (300.0, 2, 15_000.0),
+                                  (300.0, 1, 30_000.0)]:
+        p = _profile([500.0], batches=batches, devices=[(1000.0, 100.0)], read_cpu=[per_read], cores=cores)
+        assert _kernel_latency(p, [0.0], cores)[0] == pytest.approx(500.0 + want)
+        cold = ([0.0, 1.0], [3.0, 3.0])  # every task on an idle core 3x slower
+        assert _kernel_latency(p, [0.0], cores, cold=cold)[0] == pytest.approx(1500.0 + want)
+
+
+def test_reads_cpu_can_make_the_cores_the_bottleneck():
+    # 1 us of pooling and 20 reads of 1 us CPU each on a device with room for all: 21 us of
+    # core time a request, so 2 cores serve 2 / 21 us; the cores, not the device, saturate
+    p = _profile([1000.0], batches=[[(4, [(0, 20)])]], devices=[(10_000.0, 10.0)], read_cpu=[1000.0], cores=2)
+    sim = HostSimulation(p, arrivals=100_000, warmup=0.0)
+    want = 2 / 21e-6
+    assert p.cpu_ns_per_request() == pytest.approx(21_000.0)
+    assert sim.saturation_qps() == pytest.approx(want, rel=1e-12)
+    point = sim.point(2 * want)
+    assert point.achieved_qps == pytest.approx(want, rel=1e-3)
+    assert point.utilization["cores"] == pytest.approx(2.0, rel=1e-2)
+    assert sim.qps_at_sla(200.0).bottleneck == "cores"

@@ -72,6 +72,21 @@ def test_more_devices_share_the_reads_and_raise_the_host_s_device_throughput(pro
     assert len(slow.devices) == 5 and slow.devices[1].latency_ns == pytest.approx(2 * four.devices[1].latency_ns)
 
 
+def test_a_read_s_cpu_follows_the_devices_and_the_core_speed(profiles):
+    # direct IO's CPU per read stays with the SCM devices however they are striped or slowed,
+    # and scales with the cores' speed as the requests' CPU does
+    direct = dataclasses.replace(profiles[1], devices=[profiles[1].devices[0],
+                                                       dataclasses.replace(profiles[1].devices[1], read_cpu_ns=900.0)])
+    three = with_scm_devices(direct, 3)
+    assert [d.read_cpu_ns for d in three.devices] == [0.0, 900.0, 900.0, 900.0]
+    assert three.cpu_ns_per_request() == pytest.approx(direct.cpu_ns_per_request())
+    slow = vary_profile(three, "nand-p4500", scm_latency=2.0)
+    assert [d.read_cpu_ns for d in slow.devices] == [0.0, 900.0, 900.0, 900.0]
+    fast = vary_profile(three, "nand-p4500", core_speed=2.0)
+    assert [d.read_cpu_ns for d in fast.devices] == [0.0, 450.0, 450.0, 450.0]
+    assert fast.cpu_ns_per_request() == pytest.approx(direct.cpu_ns_per_request() / 2)
+
+
 def test_striping_bad_counts_and_profiles_are_config_errors(profiles):
     for bad in (0, -1, 1025, 2.5, "4"):
         with pytest.raises(ConfigError, match="SCM devices per host"):

@@ -85,12 +85,15 @@ class UnsupportedHierarchy(ConfigError):
 @dataclass(frozen=True)
 class Device:
     """One device of the host: ``group`` names what it serves (``dram`` or the SCM tier's
-    kind), ``latency_ns`` / ``spacing_ns`` as :class:`~sdm.tiers.metered.DeviceQueue`."""
+    kind), ``latency_ns`` / ``spacing_ns`` as :class:`~sdm.tiers.metered.DeviceQueue`;
+    ``read_cpu_ns``: the host's core time per read (direct IO's, measured; 0: none, as a
+    modeled device's timer)."""
 
     name: str
     group: str
     latency_ns: float
     spacing_ns: float
+    read_cpu_ns: float = 0.0
 
     @property
     def units(self) -> float:
@@ -174,7 +177,9 @@ class RequestProfile:
         return out / max(self.requests, 1)
 
     def cpu_ns_per_request(self) -> float:
-        return float((self.cpu_emb_ns + self.cpu_bottom_ns + self.cpu_top_ns).mean())
+        """Mean core time per request: its CPU tasks and its reads' CPU."""
+        reads_cpu = self.reads_per_request() @ np.array([d.read_cpu_ns for d in self.devices])
+        return float((self.cpu_emb_ns + self.cpu_bottom_ns + self.cpu_top_ns).mean()) + float(reads_cpu)
 
     def _issue_summary(self) -> dict:
         """Per request, the CPU time into its embedding task of its first and last batch's
@@ -205,7 +210,8 @@ class RequestProfile:
                 "threads": None if self.threads is None else self.threads.to_json(),
                 "cpu_slots": None if self.threads is None else self.threads.cpu_slots,
                 "devices": [{"name": d.name, "group": d.group, "latency_us": d.latency_ns / 1e3,
-                             "units": d.units, "reads_per_request": float(reads[i])}
+                             "units": d.units, "cpu_us_per_read": d.read_cpu_ns / 1e3,
+                             "reads_per_request": float(reads[i])}
                             for i, d in enumerate(self.devices)]}
 
 
@@ -536,6 +542,41 @@ def _emb_cpu(st, bags, first: list) -> np.ndarray:
     return np.median(np.stack(_timed_passes(emb_pass)), axis=0)
 
 
+def _engine_reads(st) -> int:
+    """Pages ``st``'s IO engines have read since it opened (0 without direct IO)."""
+    return sum(d.get("engine", {}).get("reads", 0) for d in st.stats()["devices"].values())
+
+
+def _direct_cpu(st, bags) -> tuple[np.ndarray, float]:
+    """``(emb_ns (R,), read_cpu_ns)`` over a ``direct`` store: each request's
+    ``embedding_bags`` in the serving thread's CPU time, and the CPU time per page read the
+    rest of the process spent (the IO engine's reader threads, mostly in the kernel's
+    ``pread``), each the median of :func:`_timed_passes` after one warm pass.
+
+    Served one request at a time, back to back: on the AMD EPYC VM, the 4 MiB-cache case of
+    bench/validate_host.sh measured 9-11 ms of the serving thread's CPU per request (its
+    modeled store's: 2.2-4 ms; the rest splits pages into jobs, hands them over and wakes)
+    and 15-18 us of reader CPU per read, against 12-14 us per read in ``sdm devices
+    calibrate``'s bare loop at queue depth 16: a job's hand-over and wake-up cost the
+    readers too."""
+    for b in bags:
+        st.embedding_bags(b)
+
+    def direct_pass():
+        ns = np.empty(len(bags))
+        reads0, cpu0 = _engine_reads(st), time.process_time_ns()
+        for i, b in enumerate(bags):
+            t0 = time.thread_time_ns()
+            st.embedding_bags(b)
+            ns[i] = time.thread_time_ns() - t0
+        others = time.process_time_ns() - cpu0 - float(ns.sum())
+        reads = _engine_reads(st) - reads0
+        return ns, max(others, 0.0) / reads if reads else 0.0
+
+    runs = _timed_passes(direct_pass)
+    return np.median(np.stack([r[0] for r in runs]), axis=0), float(np.median([r[1] for r in runs]))
+
+
 def _mlp_cpu(st, reqs, emb, model, seed, fit_model, *, overlap: bool) -> tuple:
     """``(bottom, top)`` ns of CPU per sample of ``model``'s MLPs (0, 0 without one), from
     its forward passes over the first requests with ``st``'s tables, as a serving worker
@@ -582,7 +623,7 @@ def _mlp_cpu(st, reqs, emb, model, seed, fit_model, *, overlap: bool) -> tuple:
 def _measure_cpu(tr, store_path, config, request_size, model, seed, fit_model=False, cold=False,
                  served="modeled"):
     """``(emb_ns (R,), live hits or None, bottom ns/sample, top ns/sample, (cold idle ns,
-    cold factor, extra share, extra curve), issue points)`` over a live store
+    cold factor, extra share, extra curve), issue points, CPU ns per direct read)`` over a live store
     (modeled IO): after a warm pass, each request's ``embedding_bags`` timed in thread CPU
     time in passes over the trace for at least :data:`_TIMED_S` (:func:`_timed_passes`),
     keeping its median (hits counted in the first pass); where its reads issue
@@ -597,6 +638,10 @@ def _measure_cpu(tr, store_path, config, request_size, model, seed, fit_model=Fa
     910-940 us modeled under ``sdm-nand``, 535-575 against 415-445 under ``dram``), and its
     forward runs the lookups beside the bottom MLP. The issue points and the cold factors
     stay modeled, where wall time is CPU time.
+
+    ``served="direct"``: the requests' CPU time is timed again over a direct store, with the
+    CPU its reads cost the rest of the process (:func:`_direct_cpu`; 0 otherwise); the MLPs
+    stay modeled (their reads are the lookups', already timed).
 
     The median of passes spread over seconds, not one pass or the least of a few: on this
     project's shared VMs the same requests' CPU time drifts with whatever else the host runs
@@ -621,13 +666,17 @@ def _measure_cpu(tr, store_path, config, request_size, model, seed, fit_model=Fa
         live = first[1]["hits"] - first[0]["hits"] if first[1].get("kind") == "cache" else None
         issues = _issue_points(st, bags)
         slowed = _measure_cold(st, bags, emb, issues) if cold else (np.zeros(0),) * 4
-        if served == "modeled":
+        if served != "paced":
             bottom, top = _mlp_cpu(st, reqs, emb, model, seed, fit_model, overlap=False)
+    read_cpu = 0.0
     if served != "modeled":
         with Store.open(store_path, config=with_io_mode(config, served)) as st, _one_kernel_thread():
-            emb = _emb_cpu(st, bags, [])
-            bottom, top = _mlp_cpu(st, reqs, emb, model, seed, fit_model, overlap=True)
-    return emb, live, bottom, top, slowed, issues
+            if served == "direct":
+                emb, read_cpu = _direct_cpu(st, bags)
+            else:
+                emb = _emb_cpu(st, bags, [])
+                bottom, top = _mlp_cpu(st, reqs, emb, model, seed, fit_model, overlap=True)
+    return emb, live, bottom, top, slowed, issues, read_cpu
 
 
 def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str | None = None,
@@ -701,9 +750,9 @@ def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str |
         with tempfile.TemporaryDirectory(prefix="sdm-host-", dir=workdir) as tmp:
             path = store if store is not None else build_store(os.path.join(tmp, "store"), tr.table_sizes,
                                                                dim=dim, fmt=fmt, seed=seed, progress=False)
-            emb, live, bottom, top, cold, issues = _measure_cpu(
+            emb, live, bottom, top, cold, issues, read_cpu = _measure_cpu(
                 tr, path, config, request_size, model, seed, fit_model, cold=host.name == THIS_MACHINE,
-                served="paced" if config.io_mode == "paced" else "modeled")
+                served=config.io_mode if config.io_mode in ("paced", "direct") else "modeled")
             curve = None if threads is None else measure_threads(path, config, tr, request_size, threads,
                                                                  model=model, seed=seed, fit_model=fit_model,
                                                                  cpu_slots=cpu_slots)
@@ -726,7 +775,8 @@ def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str |
         lookups=stream.lookups.astype(np.int64), distinct=distinct.astype(np.int64), hits=hits.astype(np.int64),
         cpu_emb_ns=emb / speed, cpu_bottom_ns=samples * bottom / speed, cpu_top_ns=samples * top / speed,
         batch_ptr=batches[0], batch_qd=batches[1], sub_ptr=batches[2], sub_dev=batches[3],
-        sub_reads=batches[4], devices=batches[5], settles_after=settles, live_hits=live,
+        sub_reads=batches[4], settles_after=settles, live_hits=live,
+        devices=[d if d.group == "dram" else dataclasses.replace(d, read_cpu_ns=read_cpu / speed) for d in batches[5]],
         bottom_ns_per_sample=bottom / speed, top_ns_per_sample=top / speed,
         scm_block_ptr=batches[6], scm_block_ids=batches[7], cold_gap_ns=cold[0], cold_factor=cold[1],
         batch_after_ns=after / speed, batch_cold_ns=stretched / speed, cold_issue_share=share,

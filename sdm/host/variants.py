@@ -23,7 +23,7 @@ import dataclasses
 from sdm.errors import ConfigError
 import numpy as np
 
-from sdm.host.profile import Device, RequestProfile, device_of
+from sdm.host.profile import RequestProfile, device_of
 from sdm.host.spec import MAX_DEVICES, ScmSlot
 from sdm.validate import check_int, check_number
 
@@ -53,8 +53,7 @@ def with_scm_devices(profile: RequestProfile, count: int) -> RequestProfile:
     name = first.name.rsplit("#", 1)[0] if len(scm) > 1 else first.name
     devices = [d for d in profile.devices if d.group == "dram"]
     offset = len(devices)  # build_profile: the DRAM device, then the SCM tier's
-    devices += [Device(name if count == 1 else f"{name}#{i}", first.group, first.latency_ns, first.spacing_ns)
-                for i in range(count)]
+    devices += [dataclasses.replace(first, name=name if count == 1 else f"{name}#{i}") for i in range(count)]
     ptr, ids = profile.scm_block_ptr, profile.scm_block_ids
     nb = profile.batch_qd.shape[0]
     per_batch = np.diff(ptr)
@@ -105,9 +104,11 @@ def vary_profile(profile: RequestProfile, scm_device, *, core_speed: float = 1.0
                                    read_bandwidth_gbps=spec.read_bandwidth_gbps * iops)
         scm = [i for i, d in enumerate(devices) if d.group != "dram"]
         for k, i in enumerate(scm):
-            devices[i] = device_of(spec, devices[i].group, k if len(scm) > 1 else None)
+            devices[i] = dataclasses.replace(device_of(spec, devices[i].group, k if len(scm) > 1 else None),
+                                             read_cpu_ns=devices[i].read_cpu_ns)
     if speed == 1.0 and devices == list(profile.devices):
         return profile
+    devices = [dataclasses.replace(d, read_cpu_ns=d.read_cpu_ns / speed) for d in devices]
     return dataclasses.replace(
         profile, devices=devices, cpu_emb_ns=profile.cpu_emb_ns / speed,
         cpu_bottom_ns=profile.cpu_bottom_ns / speed, cpu_top_ns=profile.cpu_top_ns / speed,

@@ -18,6 +18,12 @@ A request ``n`` arrives at ``arrivals[n]`` and is an instance of profiled reques
   time into the embedding task, plus ``(f - 1) x batch_cold_ns[b]`` on a core whose cold
   factor is ``f`` (the part of a cold task's extra time spent before the batch): the store
   reaches a table's reads only after the tables before it;
+* a read that costs the host CPU (``dev_read_cpu[d]`` ns on device ``d``: direct IO's reader
+  threads, in the kernel) makes its batch CPU work too: the batch's reads x their CPU, split
+  into ``min(batch_qd[b], cores)`` equal tasks queued for the cores when the batch issues (the
+  reader threads run side by side, beside the device); the batch is done when its reads and
+  those tasks are. They are work the device's reads bring, not the request's: no cold-core
+  factor and no stall applies to them;
 * when the embedding task and its reads and the bottom MLP are done, its top task
   (``cpu_top[r]``: interaction and top MLP) is queued; the request completes when that ends.
 
@@ -102,8 +108,21 @@ def _pop(h_time, h_seq, h_kind, h_arg, size):
 
 
 @jit
+def _room(fifo, head, tail, more):
+    """``fifo``'s waiting tasks ``[head:tail]`` moved to its front, in a buffer with room for
+    ``more`` after them (grown twice over when they do not fit)."""
+    waiting = tail - head
+    out = fifo
+    if waiting + more > fifo.shape[0]:
+        out = np.empty(2 * (waiting + more), dtype=np.int64)
+    for i in range(waiting):  # forward: in place, each task moves to a lower index
+        out[i] = fifo[head + i]
+    return out
+
+
+@jit
 def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_ptr, batch_qd, sub_ptr,
-                  sub_dev, sub_reads, dev_latency, dev_spacing, cores, workers, stall_ns, wake_ns,
+                  sub_dev, sub_reads, dev_latency, dev_spacing, dev_read_cpu, cores, workers, stall_ns, wake_ns,
                   overlap, batch_after_ns, batch_cold_ns, cold_gap_ns, cold_factor, latency_out, dev_reads_out,
                   dev_busy_out):
     """Run the host of this module's docstring over ``N`` arrivals.
@@ -118,6 +137,7 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
         sub_dev, sub_reads: ``(ns,)`` int64 device index and block reads of each part.
         dev_latency, dev_spacing: ``(D,)`` float64 ns: each device's read latency and work
             per read (:class:`sdm.tiers.metered.DeviceQueue`).
+        dev_read_cpu: ``(D,)`` float64 ns of core time each read on the device costs (0: none).
         cores: C >= 1.
         workers: at most this many requests in service at once, the others waiting first come
             first served for one (their wait counts in their latency); <= 0: no limit.
@@ -138,7 +158,7 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
         dev_reads_out: ``(D,)`` int64 out: reads each device served.
         dev_busy_out: ``(D + 2,)`` float64 out: ``[:D]`` each device's busy time, reads x
             spacing (ns: the unit-ns its reads held over its units), ``[D]`` the cores' (ns:
-            busy time, stalls and cold cores included), ``[D + 1]`` the workers' (ns: a
+            busy time, stalls, cold cores and reads' CPU included), ``[D + 1]`` the workers' (ns: a
             request holds one from when it got it to its completion, blocked or not).
 
     Returns:
@@ -151,7 +171,9 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
     h_seq = np.empty(cap, dtype=np.int64)
     h_kind = np.empty(cap, dtype=np.int64)
     h_arg = np.empty(cap, dtype=np.int64)
-    fifo = np.empty(3 * n_req + 1, dtype=np.int64)  # CPU tasks in the order they became ready
+    # CPU tasks (4 n + stage: 0 embeddings, 1 bottom MLP, 2 top, 3 a part of a batch's read
+    # CPU) in the order they became ready; [head:tail] wait, the buffer grows when full
+    fifo = np.empty(3 * n_req + 1, dtype=np.int64)
     head = 0
     tail = 0
     # each device's units in use over time (sdm.kernels.devqueue), a row per device
@@ -167,6 +189,8 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
     idle_cores = np.arange(cores)  # a stack: [:idle] are idle, the last freed on top
     core_free_ns = np.zeros(cores)  # when each core last became idle
     next_batch = np.zeros(n_req, dtype=np.int64)
+    batch_left = np.zeros(n_req, dtype=np.int64)  # of the batch in flight: its reads and CPU parts running
+    read_part_ns = np.zeros(n_req)  # of the batch in flight: each CPU part's time
     waiting = np.empty(n_req, dtype=np.int64)  # arrivals waiting for a worker
     held_from = np.zeros(n_req)  # when each request got its worker
     w_head = 0
@@ -184,7 +208,7 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
     while size > 0:
         size = _pop(h_time, h_seq, h_kind, h_arg, size)
         now, kind, arg = h_time[size], h_kind[size], h_arg[size]
-        ready = -1  # tasks this event makes ready (n * 3 + stage), queued for a core below
+        ready = -1  # tasks this event makes ready (4 n + stage), queued for a core below
         ready2 = -1
         issue = -1  # the request whose next batch this event issues
         begin = -1  # the request a worker starts serving now
@@ -209,10 +233,12 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
         elif kind == _READS_WOKEN:
             pending[arg] -= 1
             if pending[arg] == 0:
-                ready = 3 * arg + 2
+                ready = 4 * arg + 2
         elif kind == _READS_DONE:
-            issue = arg
-            next_batch[arg] += 1
+            batch_left[arg] -= 1
+            if batch_left[arg] == 0:
+                issue = arg
+                next_batch[arg] += 1
         elif kind == _READS_START:
             issue = arg
             next_batch[arg] = 0
@@ -225,20 +251,25 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
                 idle_cores[idle] = core
                 core_free_ns[core] = now
                 idle += 1
-            n = arg // 3
-            stage = arg - 3 * n
+            n = arg // 4
+            stage = arg - 4 * n
             if stage == 0 and overlap:
                 emb_done[n] = True
                 pending[n] -= 1
                 if pending[n] == 0:
-                    ready = 3 * n + 2
+                    ready = 4 * n + 2
             elif stage == 0:
                 issue = n
                 next_batch[n] = 0
             elif stage == 1:
                 pending[n] -= 1
                 if pending[n] == 0:
-                    ready = 3 * n + 2
+                    ready = 4 * n + 2
+            elif stage == 3:
+                batch_left[n] -= 1
+                if batch_left[n] == 0:
+                    issue = n
+                    next_batch[n] += 1
             else:
                 latency_out[n] = now - arrivals[n]
                 last_done = max(last_done, now)
@@ -252,9 +283,9 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
         if begin >= 0:
             has_bottom = cpu_bottom[begin % num_profiles] > 0.0
             pending[begin] = (2 if has_bottom else 1) + (1 if overlap else 0)
-            ready = 3 * begin
+            ready = 4 * begin
             if has_bottom:
-                ready2 = 3 * begin + 1
+                ready2 = 4 * begin + 1
         if issue >= 0:
             n = issue
             r = n % num_profiles
@@ -267,6 +298,7 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
                 seq += 1
             elif b < batch_ptr[r + 1]:
                 done = 0.0
+                read_cpu = 0.0
                 for k in range(sub_ptr[b], sub_ptr[b + 1]):
                     d = sub_dev[k]
                     if bp_count[d] + 3 > bp_times.shape[1]:  # two breakpoints per batch in flight, at most
@@ -282,21 +314,34 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
                     dev_busy_out[d] += sub_reads[k] * dev_spacing[d]
                     done = max(done, t)
                     dev_reads_out[d] += sub_reads[k]
+                    read_cpu += sub_reads[k] * dev_read_cpu[d]
                 size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now + done, _READS_DONE, n)
                 seq += 1
+                batch_left[n] = 1
+                if read_cpu > 0.0:
+                    parts = min(batch_qd[b], cores)
+                    read_part_ns[n] = read_cpu / parts
+                    batch_left[n] += parts
+                    if tail + parts > fifo.shape[0]:
+                        fifo = _room(fifo, head, tail, parts)
+                        tail -= head
+                        head = 0
+                    for _ in range(parts):
+                        fifo[tail] = 4 * n + 3
+                        tail += 1
             elif next_batch[n] > 0 and wake_ns[n, 1] > 0.0 and (emb_done[n] or not overlap):
                 size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now + wake_ns[n, 1], _READS_WOKEN, n)
                 seq += 1
             else:
                 pending[n] -= 1
                 if pending[n] == 0:
-                    ready = 3 * n + 2
+                    ready = 4 * n + 2
         # A task of zero time ends at once, needing no core; the others queue for one.
         for task in (ready, ready2):
             if task < 0:
                 continue
-            n = task // 3
-            stage = task - 3 * n
+            n = task // 4
+            stage = task - 4 * n
             r = n % num_profiles
             cost = cpu_emb[r] if stage == 0 else (cpu_bottom[r] if stage == 1 else cpu_top[r])
             if cost <= 0.0:
@@ -307,20 +352,28 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
                     size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now, _READS_START, n)
                     seq += 1
             else:
+                if tail == fifo.shape[0]:
+                    fifo = _room(fifo, head, tail, 1)
+                    tail -= head
+                    head = 0
                 fifo[tail] = task
                 tail += 1
         while head < tail and idle > 0:
             task = fifo[head]
             head += 1
-            n = task // 3
-            stage = task - 3 * n
-            r = n % num_profiles
-            cost = cpu_emb[r] if stage == 0 else (cpu_bottom[r] if stage == 1 else cpu_top[r])
+            n = task // 4
+            stage = task - 4 * n
             idle -= 1
             core = idle_cores[idle]
-            scale = np.interp(now - core_free_ns[core], cold_gap_ns, cold_factor) if cold_gap_ns.shape[0] > 0 else 1.0
-            cost *= scale
-            cost += stall_ns[n, stage]
+            scale = 1.0
+            if stage == 3:  # a read's CPU: the device's, not the request's, so no cold factor or stall
+                cost = read_part_ns[n]
+            else:
+                r = n % num_profiles
+                cost = cpu_emb[r] if stage == 0 else (cpu_bottom[r] if stage == 1 else cpu_top[r])
+                if cold_gap_ns.shape[0] > 0:
+                    scale = np.interp(now - core_free_ns[core], cold_gap_ns, cold_factor)
+                cost = cost * scale + stall_ns[n, stage]
             dev_busy_out[n_dev] += cost
             size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now + cost, _CPU_DONE, task * cores + core)
             seq += 1
