@@ -250,4 +250,6 @@ def test_a_direct_store_is_timed_with_the_cpu_its_reads_cost(tmp_path, monkeypat
     assert reads[1] > 0
     tasks = float((p.cpu_emb_ns + p.cpu_bottom_ns + p.cpu_top_ns).mean())
     assert p.cpu_ns_per_request() == pytest.approx(tasks + reads[1] * per_read)
-    assert p.summary()["devices"][1]["cpu_us_per_read"] == pytest.approx(per_read / 1e3)
+    summary = p.summary()
+    assert summary["devices"][1]["cpu_us_per_read"] == pytest.approx(per_read / 1e3)
+    assert summary["cpu_us_per_request"]["device_reads"] == pytest.approx(reads[1] * per_read / 1e3)

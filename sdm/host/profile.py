@@ -176,10 +176,13 @@ class RequestProfile:
         np.add.at(out, self.sub_dev, self.sub_reads)
         return out / max(self.requests, 1)
 
+    def read_cpu_ns_per_request(self) -> float:
+        """Mean core time per request its device reads cost (direct IO's readers)."""
+        return float(self.reads_per_request() @ np.array([d.read_cpu_ns for d in self.devices]))
+
     def cpu_ns_per_request(self) -> float:
         """Mean core time per request: its CPU tasks and its reads' CPU."""
-        reads_cpu = self.reads_per_request() @ np.array([d.read_cpu_ns for d in self.devices])
-        return float((self.cpu_emb_ns + self.cpu_bottom_ns + self.cpu_top_ns).mean()) + float(reads_cpu)
+        return float((self.cpu_emb_ns + self.cpu_bottom_ns + self.cpu_top_ns).mean()) + self.read_cpu_ns_per_request()
 
     def _issue_summary(self) -> dict:
         """Per request, the CPU time into its embedding task of its first and last batch's
@@ -199,7 +202,8 @@ class RequestProfile:
                 "live_hits": self.live_hits, "profiled_hits": int(self.hits.sum()),
                 "cpu_us_per_request": {"embeddings": float(self.cpu_emb_ns.mean()) / 1e3,
                                        "bottom_mlp": float(self.cpu_bottom_ns.mean()) / 1e3,
-                                       "interaction_top_mlp": float(self.cpu_top_ns.mean()) / 1e3},
+                                       "interaction_top_mlp": float(self.cpu_top_ns.mean()) / 1e3,
+                                       "device_reads": self.read_cpu_ns_per_request() / 1e3},
                 "mlp_us_per_sample": {"bottom": self.bottom_ns_per_sample / 1e3,
                                       "interaction_top": self.top_ns_per_sample / 1e3},
                 "reads_issue_after_us": self._issue_summary(),

@@ -31,6 +31,7 @@ def host_markdown(r) -> str:
         + ("" if p.settles_after is None else f", settled after {p.settles_after:,} requests"),
         f"- CPU per request: embeddings {_us(cpu['embeddings'])}, bottom MLP {_us(cpu['bottom_mlp'])}, "
         f"interaction + top MLP {_us(cpu['interaction_top_mlp'])}"
+        + (f", device reads {_us(cpu['device_reads'])} (direct IO's readers)" if cpu["device_reads"] else "")
         + (f" (model `{p.model}`)" if p.model else ""),
         _platform_line(p.host.platform),
         _cold_line(prof["cold_core"], p.io_mode, prof["reads_issue_after_us"]),
