@@ -27,10 +27,10 @@ in service, ``gil`` the rate served over the process's throughput with every thr
 service (the bottleneck ``gil`` when that is the busiest: the threads, not the cores, limit
 the rate).
 
-Utilization is busy time over the span of the arrivals: core busy time (stalls included) over ``cores x span``;
-with a limited pool of workers, the time requests held one over ``workers x span``;
-a device's reads x spacing (the unit-ns its reads held, over its units: :mod:`sdm.kernels.devqueue`)
-over the span (1 = saturated).
+Utilization is busy time over the span of the arrivals: core busy time (stalls and direct
+reads' CPU included) over ``cores x span``; with a limited pool of workers, the time requests
+held one over ``workers x span``; a device's reads x spacing (the unit-ns its reads held, over
+its units: :mod:`sdm.kernels.devqueue`) over the span (1 = saturated).
 """
 
 from __future__ import annotations
@@ -247,7 +247,7 @@ class HostSimulation:
     # -- capacity and the SLA -----------------------------------------------------------
 
     def demand_ns(self) -> dict:
-        """Resource name -> work per request (ns): core time / cores, device work per device;
+        """Resource name -> work per request (ns): core time (its reads' CPU too) / cores, device work per device;
         with threads, ``gil``: the process's time per request with every thread in service,
         as under a queue (fewer in service may serve faster, but a queue fills them all)."""
         if self.threads:
