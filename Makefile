@@ -20,11 +20,13 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 run: $(VENV)/.installed
 	$(PY) -m sdm run
 
+# One pytest worker per core (pytest-xdist): a clean clone's run is mostly Numba compiling
+# kernels, one thread each, so the second core halves it (15 min to 8 on 2 cores).
 test: $(VENV)/.installed-dev
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -n auto -m "not slow"
 
 test-slow: $(VENV)/.installed-dev
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto
 
 # Every bench at toy size (each takes --quick), one after another; stops at the first failure.
 # Full-size runs, whose figures go in bench/RESULTS.md, are one bench at a time without it.

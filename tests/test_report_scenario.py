@@ -156,7 +156,10 @@ def test_baseline_without_qps_is_named_when_loaded(tmp_path):
         load_scenario(_write(tmp_path, GOOD.replace("qps_per_host = 500.0\n", "")))
 
 
-@pytest.mark.parametrize("change,message", BAD[:3] + BAD[10:12] + BAD[15:16], ids=lambda x: str(x)[:30])
+_CLI_BAD = BAD[:3] + BAD[10:12] + BAD[15:16]
+
+
+@pytest.mark.parametrize("change,message", _CLI_BAD, ids=[m[:30] for _, m in _CLI_BAD])
 def test_cli_prints_one_clean_error_line(tmp_path, capsys, change, message):
     path = _write(tmp_path, change(GOOD))
     code = main(["report", "--scenario", str(path), "-o", str(tmp_path / "out"), "--no-plots"])
