@@ -21,12 +21,15 @@ run: $(VENV)/.installed
 	$(PY) -m sdm run
 
 # One pytest worker per core (pytest-xdist): a clean clone's run is mostly Numba compiling
-# kernels, one thread each, so the second core halves it (15 min to 8 on 2 cores).
+# kernels, one thread each, so the second core halves it (15 min to 8 on 2 cores). At most 8:
+# each worker compiles the kernels its tests need and holds its own LLVM (a few hundred MB).
+XDIST := -n auto --maxprocesses 8
+
 test: $(VENV)/.installed-dev
-	$(PY) -m pytest -q -n auto -m "not slow"
+	$(PY) -m pytest -q $(XDIST) -m "not slow"
 
 test-slow: $(VENV)/.installed-dev
-	$(PY) -m pytest -q -n auto
+	$(PY) -m pytest -q $(XDIST)
 
 # Every bench at toy size (each takes --quick), one after another; stops at the first failure.
 # Full-size runs, whose figures go in bench/RESULTS.md, are one bench at a time without it.
