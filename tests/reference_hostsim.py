@@ -44,8 +44,8 @@ def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=Non
     ``cold``: ``(gaps_ns, factors)``: a task's time is multiplied by the factor interpolated at
     how long its core was idle (default none).
     ``read_cpu[d]``: core ns each read on device ``d`` costs (default none): a batch with such
-    reads also queues ``min(queue_depth, cores)`` equal CPU tasks of their total, and the next
-    batch waits for them and its reads; no cold factor or stall applies to them.
+    reads also queues ``min(queue_depth, cores, such reads)`` equal CPU tasks of their total,
+    and the next batch waits for them and its reads; no cold factor or stall applies to them.
     """
     stages = {"emb": 0, "bottom": 1, "top": 2}
     seq = itertools.count()
@@ -105,13 +105,16 @@ def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=Non
         qd, parts = batches[step[n]]
         done = 0.0
         cpu = 0.0
+        cpu_reads = 0
         for d, reads in parts:
             done = max(done, queues[d].submit(float(now), int(reads), int(qd)))
-            cpu += reads * (0.0 if read_cpu is None else read_cpu[d])
+            cost = 0.0 if read_cpu is None else read_cpu[d]
+            cpu += reads * cost
+            cpu_reads += reads if cost > 0 else 0
         at(now + done, ("reads", n))
         batch_left[n] = 1
         if cpu > 0:
-            k = min(qd, cores)
+            k = min(qd, cores, cpu_reads)
             part[n] = cpu / k
             batch_left[n] += k
             ready.extend([(n, "read")] * k)

@@ -256,6 +256,12 @@ def test_a_batch_ends_with_the_later_of_its_reads_and_their_cpu_spread_over_the_
         assert _kernel_latency(p, [0.0], cores)[0] == pytest.approx(500.0 + want)
         cold = ([0.0, 1.0], [3.0, 3.0])  # every task on an idle core 3x slower
         assert _kernel_latency(p, [0.0], cores, cold=cold)[0] == pytest.approx(1500.0 + want)
+    # One read is one job: its 3 us of CPU is not split over the two cores (the engine runs
+    # no more jobs than pages), so the batch takes 3 us, not 1.5.
+    p = _profile([500.0], batches=[[(10, [(0, 1)])]], devices=[(1000.0, 100.0)], read_cpu=[3000.0], cores=2)
+    assert _kernel_latency(p, [0.0], 2)[0] == pytest.approx(3500.0)
+    one = {"emb": 500, "bottom": 0, "top": 0, "batches": [(10, [(0, 1)])]}
+    assert reference_simulate(np.zeros(1), [one], [(1000, 100)], 2, 0, read_cpu=[3000])[0] == pytest.approx(3500.0)
 
 
 def test_reads_cpu_can_make_the_cores_the_bottleneck():

@@ -20,8 +20,8 @@ A request ``n`` arrives at ``arrivals[n]`` and is an instance of profiled reques
   reaches a table's reads only after the tables before it;
 * a read that costs the host CPU (``dev_read_cpu[d]`` ns on device ``d``: direct IO's reader
   threads, in the kernel) makes its batch CPU work too: the batch's reads x their CPU, split
-  into ``min(batch_qd[b], cores)`` equal tasks queued for the cores when the batch issues (the
-  reader threads run side by side, beside the device); the batch is done when its reads and
+  into ``min(batch_qd[b], cores, reads)`` equal tasks queued for the cores when the batch
+  issues (the reader threads run side by side, beside the device, one job per read at most); the batch is done when its reads and
   those tasks are. They are work the device's reads bring, not the request's: no cold-core
   factor and no stall applies to them;
 * when the embedding task and its reads and the bottom MLP are done, its top task
@@ -110,10 +110,11 @@ def _pop(h_time, h_seq, h_kind, h_arg, size):
 @jit
 def _room(fifo, head, tail, more):
     """``fifo``'s waiting tasks ``[head:tail]`` moved to its front, in a buffer with room for
-    ``more`` after them (grown twice over when they do not fit)."""
+    ``more`` after them (grown to twice what they need when they need over half of it, so each
+    move frees at least as many slots as it copies)."""
     waiting = tail - head
     out = fifo
-    if waiting + more > fifo.shape[0]:
+    if 2 * (waiting + more) > fifo.shape[0]:
         out = np.empty(2 * (waiting + more), dtype=np.int64)
     for i in range(waiting):  # forward: in place, each task moves to a lower index
         out[i] = fifo[head + i]
@@ -299,6 +300,7 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
             elif b < batch_ptr[r + 1]:
                 done = 0.0
                 read_cpu = 0.0
+                cpu_reads = 0  # reads that cost CPU: no more reader threads than that run
                 for k in range(sub_ptr[b], sub_ptr[b + 1]):
                     d = sub_dev[k]
                     if bp_count[d] + 3 > bp_times.shape[1]:  # two breakpoints per batch in flight, at most
@@ -315,11 +317,13 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
                     done = max(done, t)
                     dev_reads_out[d] += sub_reads[k]
                     read_cpu += sub_reads[k] * dev_read_cpu[d]
+                    if dev_read_cpu[d] > 0.0:
+                        cpu_reads += sub_reads[k]
                 size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now + done, _READS_DONE, n)
                 seq += 1
                 batch_left[n] = 1
                 if read_cpu > 0.0:
-                    parts = min(batch_qd[b], cores)
+                    parts = min(batch_qd[b], cores, cpu_reads)
                     read_part_ns[n] = read_cpu / parts
                     batch_left[n] += parts
                     if tail + parts > fifo.shape[0]:
