@@ -21,9 +21,9 @@ A request ``n`` arrives at ``arrivals[n]`` and is an instance of profiled reques
 * a read that costs the host CPU (``dev_read_cpu[d]`` ns on device ``d``: direct IO's reader
   threads, in the kernel) makes its batch CPU work too: the batch's reads x their CPU, split
   into ``min(batch_qd[b], cores, reads)`` equal tasks queued for the cores when the batch
-  issues (the reader threads run side by side, beside the device, one job per read at most); the batch is done when its reads and
-  those tasks are. They are work the device's reads bring, not the request's: no cold-core
-  factor and no stall applies to them;
+  issues (the reader threads run side by side, beside the device, one job per read at most);
+  the batch is done when its reads and those tasks are. They are work the device's reads
+  bring, not the request's: no cold-core factor and no stall applies to them;
 * when the embedding task and its reads and the bottom MLP are done, its top task
   (``cpu_top[r]``: interaction and top MLP) is queued; the request completes when that ends.
 
