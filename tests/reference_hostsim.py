@@ -29,7 +29,7 @@ class _Device:
 
 
 def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=None, overlap=False, cold=None,
-             read_cpu=None):
+             read_cpu=None, read_threads=None):
     """Latency (ns) of each arrival.
 
     ``requests``: a list of profiled requests, arrival ``n`` being ``requests[n % R]``; each a
@@ -45,7 +45,8 @@ def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=Non
     how long its core was idle (default none).
     ``read_cpu[d]``: core ns each read on device ``d`` costs (default none): a batch with such
     reads also queues ``min(queue_depth, cores, such reads)`` equal CPU tasks of their total,
-    and the next batch waits for them and its reads; no cold factor or stall applies to them.
+    and never more than ``read_threads[d]`` of such a device where that is above 0 (default
+    0); the next batch waits for them and its reads; no cold factor or stall applies to them.
     """
     stages = {"emb": 0, "bottom": 1, "top": 2}
     seq = itertools.count()
@@ -106,15 +107,18 @@ def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=Non
         done = 0.0
         cpu = 0.0
         cpu_reads = 0
+        threads = [qd]
         for d, reads in parts:
             done = max(done, queues[d].submit(float(now), int(reads), int(qd)))
             cost = 0.0 if read_cpu is None else read_cpu[d]
             cpu += reads * cost
             cpu_reads += reads if cost > 0 else 0
+            if cost > 0 and read_threads is not None and read_threads[d] > 0:
+                threads.append(read_threads[d])
         at(now + done, ("reads", n))
         batch_left[n] = 1
         if cpu > 0:
-            k = min(qd, cores, cpu_reads)
+            k = min(min(threads), cores, cpu_reads)
             part[n] = cpu / k
             batch_left[n] += k
             ready.extend([(n, "read")] * k)

@@ -74,7 +74,9 @@ def test_toml_round_trip(tmp_path):
 
 def test_toml_defaults(tmp_path):
     config = load_toml(write(tmp_path, '[[tiers]]\nkind = "mmap"\n', "plain.toml"))
-    assert config.name == "plain" and config.io_mode == "modeled"
+    assert config.name == "plain" and config.io_mode == "modeled" and config.io_submission is None
+    chosen = load_toml(write(tmp_path, 'io_submission = "threads"\n[[tiers]]\nkind = "mmap"\n', "t.toml"))
+    assert chosen.io_submission == "threads"
     assert config.tiers[0].device.name == "optane-p4800x-4k" and config.tiers[0].queue_depth == 1
 
 
@@ -95,6 +97,7 @@ def test_toml_defaults(tmp_path):
     ('[[tiers]]\nkind = "cache"\ncapacity_rows = 5\n', "last tier must hold all rows"),
     ('[[tiers]]\nkind = "dram"\n[[tiers]]\nkind = "lmdb"\n', "never be read"),
     ('io_mode = "fast"\n[[tiers]]\nkind = "dram"\n', "io_mode"),
+    ('io_submission = "uring"\n[[tiers]]\nkind = "dram"\n', "io_submission 'uring' is not one of"),
     ('name = "empty"\n', "at least one tier"),
     ('[[tiers]\n', "not valid TOML"),
     ('tiers = 3\n', "array of tables"),

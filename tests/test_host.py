@@ -221,14 +221,19 @@ def test_unsupported_hierarchies_and_direct_without_a_disk_are_errors(tmp_path):
         build_profile(TINY, with_io_mode("sdm-nand", "direct"), dim=8, workdir=str(tmp_path))
 
 
-def test_a_direct_store_is_timed_with_the_cpu_its_reads_cost(tmp_path, monkeypatch):
+@pytest.mark.parametrize("submission", ["aio", "threads"])
+def test_a_direct_store_is_timed_with_the_cpu_its_reads_cost(tmp_path, monkeypatch, submission):
     """Under ``direct`` a request's CPU is timed over a direct store, and the CPU its reads
-    cost the IO engine's readers becomes its SCM device's ``read_cpu_ns``, which the cores
-    pay per read; the DRAM device's reads cost none."""
+    cost the threads that read them (the request's own with kernel AIO, the IO engine's
+    readers otherwise) becomes its SCM device's ``read_cpu_ns``, which the cores pay per
+    read, in one task per batch with AIO; the DRAM device's reads cost none."""
     from sdm.devices import get_device
     from sdm.host import profile
     from sdm.host.spec import this_machine
-    from sdm.store.config import with_io_mode
+    from sdm.tiers.aio import aio_supported
+
+    if submission == "aio" and not aio_supported():
+        pytest.skip("no kernel AIO here")
 
     seen = []
     real = profile._direct_cpu
@@ -240,12 +245,15 @@ def test_a_direct_store_is_timed_with_the_cpu_its_reads_cost(tmp_path, monkeypat
 
     monkeypatch.setattr(profile, "_direct_cpu", direct)
     host = this_machine(disk=get_device("nand-p4500"))
-    p = build_profile(TINY, with_io_mode(SMALL, "direct"), host, dim=8, workdir=str(tmp_path))
-    (mode, (emb, per_read)), = seen
-    assert mode == "direct" and per_read > 0
+    config = with_options(SMALL, io_mode="direct", io_submission=submission)
+    p = build_profile(TINY, config, host, dim=8, workdir=str(tmp_path))
+    (mode, (emb, per_read, threads)), = seen
+    assert mode == "direct" and per_read > 0 and threads == (submission == "aio")
     np.testing.assert_allclose(p.cpu_emb_ns, emb)
+    assert (emb > 0).all()  # with AIO the reads' CPU is taken out of the thread's, not all of it
     dram, disk = p.devices
     assert dram.read_cpu_ns == 0 and disk.read_cpu_ns == pytest.approx(per_read)
+    assert dram.read_threads == 0 and disk.read_threads == threads
     reads = p.reads_per_request()
     assert reads[1] > 0
     tasks = float((p.cpu_emb_ns + p.cpu_bottom_ns + p.cpu_top_ns).mean())

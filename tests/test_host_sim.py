@@ -18,11 +18,12 @@ from sdm.kernels.hostsim import simulate_host
 
 
 def _profile(cpu_emb, *, bottom=None, top=None, batches=None, devices=(), cores=1, after=None,
-             cold=None, read_cpu=None) -> RequestProfile:
+             cold=None, read_cpu=None, read_threads=None) -> RequestProfile:
     """A profile of ``len(cpu_emb)`` requests; ``batches[r]`` a list of (qd, [(device, reads)]),
     ``after[r]`` the CPU ns into the embedding task each of them waits for (default 0) and
     ``cold[r]`` the part of it a cold core stretches (default ``after``); ``read_cpu[d]``: the
-    core ns a read on device ``d`` costs (default none)."""
+    core ns a read on device ``d`` costs (default none), split over at most ``read_threads[d]``
+    tasks (default 0: the batch's queue depth)."""
     R = len(cpu_emb)
     batches = batches or [[] for _ in range(R)]
     bptr, qd, sptr, sdev, sreads = [0], [], [0], [], []
@@ -43,7 +44,8 @@ def _profile(cpu_emb, *, bottom=None, top=None, batches=None, devices=(), cores=
         cpu_bottom_ns=zeros if bottom is None else np.asarray(bottom, float),
         cpu_top_ns=zeros if top is None else np.asarray(top, float), batch_ptr=i64(bptr), batch_qd=i64(qd),
         sub_ptr=i64(sptr), sub_dev=i64(sdev), sub_reads=i64(sreads),
-        devices=[Device(f"d{i}", "mmap", lat, sp, 0.0 if read_cpu is None else read_cpu[i])
+        devices=[Device(f"d{i}", "mmap", lat, sp, 0.0 if read_cpu is None else read_cpu[i],
+                        0 if read_threads is None else read_threads[i])
                  for i, (lat, sp) in enumerate(devices)],
         settles_after=0, live_hits=None,
         batch_after_ns=np.zeros(len(qd)) if after is None else np.asarray(sum(after, []), dtype=np.float64),
@@ -59,8 +61,9 @@ def _kernel_latency(p: RequestProfile, arrivals, cores, workers=0, stall=None, w
     lat = np.array([d.latency_ns for d in p.devices], dtype=np.float64)
     sp = np.array([d.spacing_ns for d in p.devices], dtype=np.float64)
     rc = np.array([d.read_cpu_ns for d in p.devices], dtype=np.float64)
+    rt = np.array([d.read_threads for d in p.devices], dtype=np.int64)
     simulate_host(np.asarray(arrivals, dtype=np.float64), np.int64(p.requests), p.cpu_emb_ns, p.cpu_bottom_ns,
-                  p.cpu_top_ns, p.batch_ptr, p.batch_qd, p.sub_ptr, p.sub_dev, p.sub_reads, lat, sp, rc,
+                  p.cpu_top_ns, p.batch_ptr, p.batch_qd, p.sub_ptr, p.sub_dev, p.sub_reads, lat, sp, rc, rt,
                   np.int64(cores), np.int64(workers), stall, wake, overlap, p.batch_after_ns,
                   p.batch_after_ns if p.batch_cold_ns is None else p.batch_cold_ns, gaps, factors, out,
                   np.zeros(len(p.devices), np.int64),
@@ -88,11 +91,14 @@ def test_the_kernel_matches_the_reference_simulator(requests, gaps, devices, cor
                                                 max_size=len(r["batches"]))))
         r["cold"] = noise.draw(st.lists(st.integers(0, 600), min_size=len(r["batches"]), max_size=len(r["batches"])))
     # reads that cost the cores CPU (direct IO): none, or a few ns per read on each device; a
-    # batch's total over its parts (1-3) may not be exact, but both simulators divide the same sum
+    # batch's total over its parts (1-3) may not be exact, but both simulators divide the same
+    # sum; spent by reader threads (0) or by one or two threads (kernel AIO's caller: 1)
     read_cpu = noise.draw(st.one_of(st.none(), st.lists(st.integers(0, 20), min_size=3, max_size=3)))
+    read_threads = noise.draw(st.lists(st.integers(0, 2), min_size=3, max_size=3))
     p = _profile([r["emb"] for r in requests], bottom=[r["bottom"] for r in requests],
                  top=[r["top"] for r in requests], batches=[r["batches"] for r in requests], devices=devices,
-                 after=[r["after"] for r in requests], cold=[r["cold"] for r in requests], read_cpu=read_cpu)
+                 after=[r["after"] for r in requests], cold=[r["cold"] for r in requests], read_cpu=read_cpu,
+                 read_threads=read_threads)
     n = len(arrivals)
     # the platform's stalls and wake-ups (sdm.host.platform): none, or some for every arrival
     stall, wake = noise.draw(st.one_of(st.none(), st.tuples(
@@ -104,7 +110,8 @@ def test_the_kernel_matches_the_reference_simulator(requests, gaps, devices, cor
     overlap = noise.draw(st.booleans())
     cold = noise.draw(st.one_of(st.none(), st.lists(st.sampled_from([1.0, 2.0, 4.0]), min_size=1, max_size=3).map(
         lambda f: (np.arange(len(f), dtype=np.float64) * 128.0, sorted(f)))))
-    want = reference_simulate(arrivals, requests, devices, cores, workers, stall, wake, overlap, cold, read_cpu)
+    want = reference_simulate(arrivals, requests, devices, cores, workers, stall, wake, overlap, cold, read_cpu,
+                              read_threads)
     got = _kernel_latency(p, arrivals, cores, workers, stall, wake, overlap, cold)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
 
@@ -262,6 +269,13 @@ def test_a_batch_ends_with_the_later_of_its_reads_and_their_cpu_spread_over_the_
     assert _kernel_latency(p, [0.0], 2)[0] == pytest.approx(3500.0)
     one = {"emb": 500, "bottom": 0, "top": 0, "batches": [(10, [(0, 1)])]}
     assert reference_simulate(np.zeros(1), [one], [(1000, 100)], 2, 0, read_cpu=[3000])[0] == pytest.approx(3500.0)
+    # With kernel AIO the request's own thread spends all its reads' CPU: one task of 30 us,
+    # whatever the cores, where reader threads split it over both.
+    p = _profile([500.0], batches=batches, devices=[(1000.0, 100.0)], read_cpu=[300.0], read_threads=[1], cores=2)
+    assert _kernel_latency(p, [0.0], 2)[0] == pytest.approx(30_500.0)
+    hundred = {"emb": 500, "bottom": 0, "top": 0, "batches": batches[0]}
+    assert reference_simulate(np.zeros(1), [hundred], [(1000, 100)], 2, 0, read_cpu=[300],
+                              read_threads=[1])[0] == pytest.approx(30_500.0)
 
 
 def test_reads_cpu_can_make_the_cores_the_bottleneck():

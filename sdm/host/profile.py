@@ -87,13 +87,16 @@ class Device:
     """One device of the host: ``group`` names what it serves (``dram`` or the SCM tier's
     kind), ``latency_ns`` / ``spacing_ns`` as :class:`~sdm.tiers.metered.DeviceQueue`;
     ``read_cpu_ns``: the host's core time per read (direct IO's, measured; 0: none, as a
-    modeled device's timer)."""
+    modeled device's timer); ``read_threads``: how many threads spend one request's read CPU
+    at once (1: the request's own, with kernel AIO; 0: as many as it has reads in flight, one
+    reader thread each)."""
 
     name: str
     group: str
     latency_ns: float
     spacing_ns: float
     read_cpu_ns: float = 0.0
+    read_threads: int = 0
 
     @property
     def units(self) -> float:
@@ -215,6 +218,7 @@ class RequestProfile:
                 "cpu_slots": None if self.threads is None else self.threads.cpu_slots,
                 "devices": [{"name": d.name, "group": d.group, "latency_us": d.latency_ns / 1e3,
                              "units": d.units, "cpu_us_per_read": d.read_cpu_ns / 1e3,
+                             "read_threads": d.read_threads,
                              "reads_per_request": float(reads[i])}
                             for i, d in enumerate(self.devices)]}
 
@@ -546,39 +550,49 @@ def _emb_cpu(st, bags, first: list) -> np.ndarray:
     return np.median(np.stack(_timed_passes(emb_pass)), axis=0)
 
 
-def _engine_reads(st) -> int:
-    """Pages ``st``'s IO engines have read since it opened (0 without direct IO)."""
-    return sum(d.get("engine", {}).get("reads", 0) for d in st.stats()["devices"].values())
+def _engine_reads(st) -> tuple[int, int, bool]:
+    """``(pages read, CPU ns those reads cost, whether a request's own thread reads them)``
+    so far by ``st``'s IO engines (zeros without direct IO): kernel AIO reads on the
+    requesting thread, reader threads do not."""
+    engines = [d["engine"] for d in st.stats()["devices"].values() if "engine" in d]
+    return (sum(e["reads"] for e in engines), sum(e["read_cpu_ns"] for e in engines),
+            any(e["submission"] == "aio" for e in engines))
 
 
-def _direct_cpu(st, bags) -> tuple[np.ndarray, float]:
-    """``(emb_ns (R,), read_cpu_ns)`` over a ``direct`` store: each request's
-    ``embedding_bags`` in the serving thread's CPU time, and the CPU time per page read the
-    rest of the process spent (the IO engine's reader threads, mostly in the kernel's
-    ``pread``), each the median of :func:`_timed_passes` after one warm pass.
+def _direct_cpu(st, bags) -> tuple[np.ndarray, float, int]:
+    """``(emb_ns (R,), read_cpu_ns, read_threads)`` over a ``direct`` store: each request's
+    ``embedding_bags`` in the serving thread's CPU time less its reads', and the CPU time per
+    page read that the threads reading them spent (the IO engine's own count: kernel AIO's in
+    the request's thread, or the reader threads' including their wake-ups, mostly in the
+    kernel), each the median of :func:`_timed_passes` after one warm pass.
 
-    Served one request at a time, back to back: on the AMD EPYC VM, the 4 MiB-cache case of
-    bench/validate_host.sh measured 9-11 ms of the serving thread's CPU per request (its
-    modeled store's: 2.2-4 ms; the rest splits pages into jobs, hands them over and wakes)
-    and 15-18 us of reader CPU per read, against 12-14 us per read in ``sdm devices
-    calibrate``'s bare loop at queue depth 16: a job's hand-over and wake-up cost the
-    readers too."""
+    Served one request at a time, back to back. On the AMD EPYC VM (Zen 4), the 4 MiB-cache
+    case of bench/validate_host.sh measured, with reader threads, 9-11 ms of the serving
+    thread's CPU per request (its modeled store's: 2.2-4 ms; the rest splits pages into jobs,
+    hands them over and wakes) and 15-18 us of reader CPU per read, against 12-14 us per read
+    in ``sdm devices calibrate``'s bare loop at queue depth 16."""
     for b in bags:
         st.embedding_bags(b)
+    own = _engine_reads(st)[2]  # the reads' CPU is the serving thread's: take it out
 
     def direct_pass():
         ns = np.empty(len(bags))
-        reads0, cpu0 = _engine_reads(st), time.process_time_ns()
+        reads0, cpu0, _ = _engine_reads(st)
+        before = cpu0
         for i, b in enumerate(bags):
             t0 = time.thread_time_ns()
             st.embedding_bags(b)
             ns[i] = time.thread_time_ns() - t0
-        others = time.process_time_ns() - cpu0 - float(ns.sum())
-        reads = _engine_reads(st) - reads0
-        return ns, max(others, 0.0) / reads if reads else 0.0
+            if own:  # the engine's count is read outside the timed call
+                after = _engine_reads(st)[1]
+                ns[i] -= after - before
+                before = after
+        reads, cpu, _ = _engine_reads(st)
+        return ns, (cpu - cpu0) / (reads - reads0) if reads > reads0 else 0.0
 
     runs = _timed_passes(direct_pass)
-    return np.median(np.stack([r[0] for r in runs]), axis=0), float(np.median([r[1] for r in runs]))
+    return (np.median(np.stack([r[0] for r in runs]), axis=0), float(np.median([r[1] for r in runs])),
+            int(own))
 
 
 def _mlp_cpu(st, reqs, emb, model, seed, fit_model, *, overlap: bool) -> tuple:
@@ -643,9 +657,10 @@ def _measure_cpu(tr, store_path, config, request_size, model, seed, fit_model=Fa
     forward runs the lookups beside the bottom MLP. The issue points and the cold factors
     stay modeled, where wall time is CPU time.
 
-    ``served="direct"``: the requests' CPU time is timed again over a direct store, with the
-    CPU its reads cost the rest of the process (:func:`_direct_cpu`; 0 otherwise); the MLPs
-    stay modeled (their reads are the lookups', already timed).
+    ``served="direct"``: the requests' CPU time is timed again over a direct store, apart from
+    the CPU its reads cost (:func:`_direct_cpu`; 0 otherwise), which comes back as
+    ``read_cpu``, ``(ns per read, read threads)``; the MLPs stay modeled (their reads are the
+    lookups', already timed).
 
     The median of passes spread over seconds, not one pass or the least of a few: on this
     project's shared VMs the same requests' CPU time drifts with whatever else the host runs
@@ -672,11 +687,11 @@ def _measure_cpu(tr, store_path, config, request_size, model, seed, fit_model=Fa
         slowed = _measure_cold(st, bags, emb, issues) if cold else (np.zeros(0),) * 4
         if served != "paced":
             bottom, top = _mlp_cpu(st, reqs, emb, model, seed, fit_model, overlap=False)
-    read_cpu = 0.0
+    read_cpu = (0.0, 0)
     if served != "modeled":
         with Store.open(store_path, config=with_io_mode(config, served)) as st, _one_kernel_thread():
             if served == "direct":
-                emb, read_cpu = _direct_cpu(st, bags)
+                emb, *read_cpu = _direct_cpu(st, bags)
             else:
                 emb = _emb_cpu(st, bags, [])
                 bottom, top = _mlp_cpu(st, reqs, emb, model, seed, fit_model, overlap=True)
@@ -780,7 +795,9 @@ def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str |
         cpu_emb_ns=emb / speed, cpu_bottom_ns=samples * bottom / speed, cpu_top_ns=samples * top / speed,
         batch_ptr=batches[0], batch_qd=batches[1], sub_ptr=batches[2], sub_dev=batches[3],
         sub_reads=batches[4], settles_after=settles, live_hits=live,
-        devices=[d if d.group == "dram" else dataclasses.replace(d, read_cpu_ns=read_cpu / speed) for d in batches[5]],
+        devices=[d if d.group == "dram" else dataclasses.replace(d, read_cpu_ns=read_cpu[0] / speed,
+                                                                 read_threads=read_cpu[1])
+                 for d in batches[5]],
         bottom_ns_per_sample=bottom / speed, top_ns_per_sample=top / speed,
         scm_block_ptr=batches[6], scm_block_ids=batches[7], cold_gap_ns=cold[0], cold_factor=cold[1],
         batch_after_ns=after / speed, batch_cold_ns=stretched / speed, cold_issue_share=share,

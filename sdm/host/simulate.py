@@ -154,7 +154,8 @@ class HostSimulation:
         self._args = (np.int64(p.requests), p.cpu_emb_ns, p.cpu_bottom_ns, p.cpu_top_ns, p.batch_ptr,
                       p.batch_qd, p.sub_ptr, p.sub_dev, p.sub_reads,
                       np.array([d.latency_ns for d in p.devices]), np.array([d.spacing_ns for d in p.devices]),
-                      np.array([d.read_cpu_ns for d in p.devices]))
+                      np.array([d.read_cpu_ns for d in p.devices]),
+                      np.array([d.read_threads for d in p.devices], dtype=np.int64))
         # A paced store's reads run while its request pools (sdm.kernels.hostsim's overlap),
         # each batch once the request's CPU work reaches it.
         after = p.batch_after_ns if p.batch_after_ns is not None else np.zeros(p.batch_qd.shape[0])

@@ -105,7 +105,8 @@ def vary_profile(profile: RequestProfile, scm_device, *, core_speed: float = 1.0
         scm = [i for i, d in enumerate(devices) if d.group != "dram"]
         for k, i in enumerate(scm):
             devices[i] = dataclasses.replace(device_of(spec, devices[i].group, k if len(scm) > 1 else None),
-                                             read_cpu_ns=devices[i].read_cpu_ns)
+                                             read_cpu_ns=devices[i].read_cpu_ns,
+                                             read_threads=devices[i].read_threads)
     if speed == 1.0 and devices == list(profile.devices):
         return profile
     devices = [dataclasses.replace(d, read_cpu_ns=d.read_cpu_ns / speed) for d in devices]

@@ -18,10 +18,11 @@ A request ``n`` arrives at ``arrivals[n]`` and is an instance of profiled reques
   time into the embedding task, plus ``(f - 1) x batch_cold_ns[b]`` on a core whose cold
   factor is ``f`` (the part of a cold task's extra time spent before the batch): the store
   reaches a table's reads only after the tables before it;
-* a read that costs the host CPU (``dev_read_cpu[d]`` ns on device ``d``: direct IO's reader
-  threads, in the kernel) makes its batch CPU work too: the batch's reads x their CPU, split
-  into ``min(batch_qd[b], cores, reads)`` equal tasks queued for the cores when the batch
-  issues (the reader threads run side by side, beside the device, one job per read at most);
+* a read that costs the host CPU (``dev_read_cpu[d]`` ns on device ``d``: direct IO's, in the
+  kernel) makes its batch CPU work too: the batch's reads x their CPU, split into
+  ``min(batch_qd[b], cores, reads, dev_read_threads[d])`` equal tasks (a 0 there: no bound)
+  queued for the cores when the batch issues (the threads that read run side by side, beside the device: reader
+  threads, one job per read at most, or with kernel AIO the request's own thread, 1);
   the batch is done when its reads and those tasks are. They are work the device's reads
   bring, not the request's: no cold-core factor and no stall applies to them;
 * when the embedding task and its reads and the bottom MLP are done, its top task
@@ -123,8 +124,8 @@ def _room(fifo, head, tail, more):
 
 @jit
 def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_ptr, batch_qd, sub_ptr,
-                  sub_dev, sub_reads, dev_latency, dev_spacing, dev_read_cpu, cores, workers, stall_ns, wake_ns,
-                  overlap, batch_after_ns, batch_cold_ns, cold_gap_ns, cold_factor, latency_out, dev_reads_out,
+                  sub_dev, sub_reads, dev_latency, dev_spacing, dev_read_cpu, dev_read_threads, cores, workers,
+                  stall_ns, wake_ns, overlap, batch_after_ns, batch_cold_ns, cold_gap_ns, cold_factor, latency_out, dev_reads_out,
                   dev_busy_out):
     """Run the host of this module's docstring over ``N`` arrivals.
 
@@ -139,6 +140,8 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
         dev_latency, dev_spacing: ``(D,)`` float64 ns: each device's read latency and work
             per read (:class:`sdm.tiers.metered.DeviceQueue`).
         dev_read_cpu: ``(D,)`` float64 ns of core time each read on the device costs (0: none).
+        dev_read_threads: ``(D,)`` int64: at most this many tasks a batch's read CPU on the
+            device splits into (0: no bound beyond the batch's queue depth).
         cores: C >= 1.
         workers: at most this many requests in service at once, the others waiting first come
             first served for one (their wait counts in their latency); <= 0: no limit.
@@ -301,6 +304,7 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
                 done = 0.0
                 read_cpu = 0.0
                 cpu_reads = 0  # reads that cost CPU: no more reader threads than that run
+                cpu_threads = batch_qd[b]
                 for k in range(sub_ptr[b], sub_ptr[b + 1]):
                     d = sub_dev[k]
                     if bp_count[d] + 3 > bp_times.shape[1]:  # two breakpoints per batch in flight, at most
@@ -319,11 +323,13 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
                     read_cpu += sub_reads[k] * dev_read_cpu[d]
                     if dev_read_cpu[d] > 0.0:
                         cpu_reads += sub_reads[k]
+                        if dev_read_threads[d] > 0:
+                            cpu_threads = min(cpu_threads, dev_read_threads[d])
                 size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now + done, _READS_DONE, n)
                 seq += 1
                 batch_left[n] = 1
                 if read_cpu > 0.0:
-                    parts = min(batch_qd[b], cores, cpu_reads)
+                    parts = min(cpu_threads, cores, cpu_reads)
                     read_part_ns[n] = read_cpu / parts
                     batch_left[n] += parts
                     if tail + parts > fifo.shape[0]:

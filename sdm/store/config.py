@@ -8,6 +8,8 @@ TOML layout (tiers fast to slow; unknown keys are errors)::
 
     name = "my-hierarchy"          # optional, defaults to the file's stem
     io_mode = "modeled"            # optional: modeled (default) | paced | direct
+    io_submission = "aio"          # optional, direct mode: aio | threads (default: aio where
+                                   # the machine has kernel AIO, see sdm.tiers.io_engine)
     pooled_cache_bytes = 8388608   # optional: a pooled-embedding cache of this many bytes
     placement = "placement.npz"    # optional: a placement (``sdm place``), relative to this file
 
@@ -46,6 +48,7 @@ from dataclasses import dataclass, field
 from sdm.devices import DeviceSpec, get_device
 from sdm.errors import ConfigError
 from sdm.policies import ADMISSIONS, POLICIES
+from sdm.tiers.io_engine import SUBMISSIONS
 from sdm.tiers.metered import IO_MODES, MAX_QUEUE_DEPTH
 from sdm.validate import check_choice, check_int
 
@@ -142,12 +145,15 @@ class HierarchyConfig:
     (0, the default, for none). ``placement``: a :class:`sdm.store.placement.Placement` or the
     path of one (``sdm place``): tables pinned whole in DRAM, hot rows pinned in the first
     cache, and the row order of the SCM row files; pinned bytes come out of the first
-    cache's capacity.
+    cache's capacity. ``io_submission``: how ``direct`` mode submits device reads, one of
+    :data:`sdm.tiers.io_engine.SUBMISSIONS` (None, the default: kernel AIO where the machine
+    has it, else reader threads).
     """
 
     name: str
     tiers: tuple[TierConfig, ...] = field(default_factory=tuple)
     io_mode: str = "modeled"
+    io_submission: str | None = None
     pooled_cache_bytes: int = 0
     placement: object = None
 
@@ -165,6 +171,8 @@ class HierarchyConfig:
                 raise ConfigError(f"hierarchy {self.name!r}: tiers[{i}] must be a TierConfig, "
                                   f"got {type(tier).__name__}")
         check_choice(self.io_mode, "io_mode", IO_MODES, error=ConfigError)
+        if self.io_submission is not None:
+            check_choice(self.io_submission, f"hierarchy {self.name!r}: io_submission", SUBMISSIONS, error=ConfigError)
         object.__setattr__(self, "pooled_cache_bytes", check_int(
             self.pooled_cache_bytes, f"hierarchy {self.name!r}: pooled_cache_bytes", lo=0, error=ConfigError))
         if isinstance(self.placement, os.PathLike):
@@ -191,7 +199,7 @@ def with_io_mode(config, io_mode: str) -> HierarchyConfig:
 
 def with_options(config, **changes) -> HierarchyConfig:
     """``config`` (anything :func:`resolve_config` takes) with hierarchy fields replaced
-    (``io_mode``, ``pooled_cache_bytes``, ``placement``) and, through ``cache_bytes``,
+    (``io_mode``, ``io_submission``, ``pooled_cache_bytes``, ``placement``) and, through ``cache_bytes``,
     ``policy`` and ``admission``, its first cache tier changed (ConfigError without one)."""
     config = resolve_config(config)
     cache = {k: changes.pop(k) for k in ("cache_bytes", "policy", "admission") if k in changes}

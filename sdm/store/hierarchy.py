@@ -85,7 +85,9 @@ class Hierarchy:
                 return None
             device = get_device(tc.device)
             depth = max(tc.queue_depth, min(_ENGINE_DEPTH_CAP, round(queue(device).units)))
-            return self.engines.setdefault(device.name, IOEngine(device.name, depth))
+            if device.name not in self.engines:
+                self.engines[device.name] = IOEngine(device.name, depth, config.io_submission)
+            return self.engines[device.name]
 
         built: list[Tier] = []
         lower: Tier | None = None

@@ -1,17 +1,24 @@
 """One device's real reads in flight, shared by every request: the IO engine of ``direct`` mode.
 
 A serving host keeps many requests' reads at a device at once, up to a bound the device is
-driven at (an NVMe queue's depth). :class:`IOEngine` is that bound for one device: ``depth``
-reader threads, started once, take read jobs first come first served from one queue, so at
-most ``depth`` reads are outstanding on the device whatever the number of requests, and no
-request starts threads of its own. A job's reads run in one Numba loop over libc's ``pread``
-with the GIL released (:func:`pread_pages`), so the readers wait on the device in parallel
-while requests run Python, and a read costs no Python: per 4 KiB O_DIRECT read on the AMD EPYC
-VM (Zen 4), 7.6-9.1 us of CPU (mostly the kernel's) against 10-16 us with an ``os.preadv``
-call per read under the GIL, and 60-77K reads/s against 44-64K at 16 jobs (bench/RESULTS.md).
+driven at (an NVMe queue's depth). :class:`IOEngine` is that bound for one device: at most
+``depth`` reads are outstanding on the device whatever the number of requests, and no
+request starts threads of its own. A request reads its pages with at most its own queue
+depth in flight (the tier's ``queue_depth``) and returns when all are done. Two ways to
+submit them:
 
-A request splits its pages into at most its own queue depth of jobs (the tier's
-``queue_depth``: how many reads one request may have outstanding) and waits for all of them.
+* ``aio`` (the default where the machine has it, :func:`sdm.tiers.aio.aio_supported`): the
+  request's own thread submits its reads and reaps their completions in batches through
+  kernel AIO, in one Numba loop with the GIL released. Per 4 KiB O_DIRECT read on the AMD
+  EPYC VM (Zen 4): 4.2 us of CPU, at the same reads per second (bench/RESULTS.md).
+* ``threads``: ``depth`` reader threads, started once, take read jobs first come first
+  served from one queue; a request splits its pages into at most its queue depth of jobs,
+  and a job's reads run in one Numba loop over libc's ``pread`` with the GIL released
+  (:func:`pread_pages`). Per read on the same VM: 7.6-9.1 us of CPU at 16 jobs in a bare
+  loop, 10-18 us with the hand-overs and wake-ups of serving.
+
+Either way the engine counts its reads and the CPU they cost the threads that ran them
+(:meth:`IOEngine.stats`), which is what the host model charges a direct read.
 """
 
 from __future__ import annotations
@@ -20,15 +27,27 @@ import ctypes
 import os
 import queue
 import threading
+import time
+import weakref
 
 import numpy as np
 
 from sdm.errors import ConfigError
 from sdm.kernels.jit import jit
-from sdm.validate import check_int
+from sdm.tiers.aio import AioContext, aio_supported
 from sdm.tiers.slots import give_up
+from sdm.validate import check_choice, check_int
 
-__all__ = ["IOEngine", "MAX_ENGINE_DEPTH", "pread_pages"]
+__all__ = ["IOEngine", "MAX_ENGINE_DEPTH", "SUBMISSIONS", "default_submission", "pread_pages"]
+
+#: How an engine submits reads: ``aio`` (kernel AIO, from the requesting thread) or
+#: ``threads`` (reader threads, each a blocking ``pread`` at a time).
+SUBMISSIONS = ("aio", "threads")
+
+
+def default_submission() -> str:
+    """``aio`` where this machine supports it, else ``threads``."""
+    return "aio" if aio_supported() else "threads"
 
 #: The most reads one engine keeps in flight (reader threads it starts): a tier's largest
 #: queue depth.
@@ -60,52 +79,107 @@ class IOEngine:
     Args:
         name: the device's name (threads are named after it).
         depth: reads outstanding at most, in ``[1, MAX_ENGINE_DEPTH]``.
+        submission: one of :data:`SUBMISSIONS`; None: :func:`default_submission`. ``aio``
+            where the machine has no kernel AIO raises ConfigError.
     """
 
-    def __init__(self, name: str, depth: int):
+    def __init__(self, name: str, depth: int, submission: str | None = None):
         self.name = name
         self.depth = check_int(depth, f"IO engine {name!r} depth", lo=1, hi=MAX_ENGINE_DEPTH, error=ConfigError)
+        if submission is None:
+            submission = default_submission()
+        self.submission = check_choice(submission, f"IO engine {name!r} submission", SUBMISSIONS, error=ConfigError)
+        if submission == "aio" and not aio_supported():
+            raise ConfigError(f"IO engine {name!r}: this machine has no kernel AIO for sdm "
+                              f"(x86-64 Linux with io_setup allowed); use submission 'threads'")
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)  # aio: reads the callers may still start
+        self._free = self.depth
+        self._local = threading.local()  # aio: each calling thread's context
+        self._contexts: weakref.WeakSet = weakref.WeakSet()
         self._reads = 0
+        self._read_cpu_ns = 0
         self._in_flight = 0
         self._peak = 0
         self._closed = False
 
     def read_pages(self, fd: int, pages: list[int], view: memoryview, page_bytes: int, jobs: int) -> list[int]:
         """Read page ``pages[j]`` of ``fd`` (``page_bytes`` each, at ``pages[j] * page_bytes``)
-        into ``view[j * page_bytes:][:page_bytes]`` for every ``j``, as at most ``jobs``
-        concurrent jobs; returns when all are done.
+        into ``view[j * page_bytes:][:page_bytes]`` for every ``j``, at most ``jobs`` reads
+        (``aio``) or jobs (``threads``) at once; returns when all are done.
 
         Returns:
             The positions ``j`` whose read came back short (the file ends before them).
 
         Raises:
-            OSError: a read failed (the first error of the jobs, raised once all finished).
+            OSError: a read failed (the first error, raised once no read is in flight).
         """
         n = len(pages)
         if not n:
             return []
         pages = np.ascontiguousarray(pages, dtype=np.int64)
-        buffer = np.frombuffer(view, dtype=np.uint8)  # holds the caller's buffer until the jobs end
+        buffer = np.frombuffer(view, dtype=np.uint8)  # holds the caller's buffer until the reads end
         if buffer.shape[0] < n * page_bytes or not buffer.flags.writeable:
             raise ValueError(f"read_pages needs a writable buffer of {n * page_bytes} bytes, "
                              f"got {buffer.shape[0]}")
-        jobs = max(1, min(jobs, n))
-        batch = _Batch(jobs)
+        jobs = max(1, min(jobs, n, self.depth))
         got = np.empty(n, dtype=np.int64)
+        if self.submission == "aio":
+            return self._read_aio(fd, pages, buffer, page_bytes, jobs, got)
+        batch = _Batch(jobs)
         self._start()
         for first in range(jobs):  # strided: each job's pages spread over the whole batch
             self._jobs.put((fd, pages, first, jobs, buffer, page_bytes, got, batch))
         return batch.wait()
 
+    def _read_aio(self, fd, pages, buffer, page_bytes, depth, got) -> list[int]:
+        give_up()  # the request waits for the disk: its core is free for others
+        with self._room:
+            while self._free < depth and not self._closed:
+                self._room.wait()
+            self._check_open()
+            self._free -= depth
+            self._peak = max(self._peak, self.depth - self._free)
+        cpu, done = 0, False
+        try:
+            ctx = self._context()
+            t0 = time.thread_time_ns()
+            try:
+                ctx.read(fd, pages, buffer.ctypes.data, page_bytes, depth, got)
+                done = True
+            finally:
+                cpu = time.thread_time_ns() - t0
+        finally:  # the reads' room goes back however they ended
+            with self._room:
+                self._free += depth
+                self._reads += pages.shape[0] if done else 0
+                self._read_cpu_ns += cpu
+                self._room.notify_all()
+        error = _read_again(fd, pages, buffer, page_bytes, got, np.flatnonzero(got < 0))
+        if error is not None:
+            raise error
+        return np.flatnonzero(got != page_bytes).tolist()
+
+    def _context(self) -> AioContext:
+        ctx = getattr(self._local, "ctx", None)
+        if ctx is None or ctx.closed:
+            ctx = AioContext(self.depth)
+            self._local.ctx = ctx  # destroyed with its thread, or by close()
+            with self._lock:
+                self._contexts.add(ctx)
+        return ctx
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ConfigError(f"IO engine {self.name!r} is closed")
+
     def _start(self) -> None:
         if self._threads:
             return
         with self._lock:
-            if self._closed:
-                raise ConfigError(f"IO engine {self.name!r} is closed")
+            self._check_open()
             while len(self._threads) < self.depth:
                 t = threading.Thread(target=self._serve, name=f"sdm-io-{self.name}-{len(self._threads)}",
                                      daemon=True)
@@ -113,6 +187,7 @@ class IOEngine:
                 self._threads.append(t)
 
     def _serve(self) -> None:
+        cpu = time.thread_time_ns()  # a job's CPU includes this thread's wake-up for it
         while True:
             job = self._jobs.get()
             if job is None:
@@ -125,8 +200,11 @@ class IOEngine:
                 short, error = self._run(*job[:-1])
             finally:  # a job always finishes, so no caller waits for ever
                 del job  # its views of the caller's buffer go first: the caller may close it
+                now = time.thread_time_ns()
                 with self._lock:
                     self._in_flight -= 1
+                    self._read_cpu_ns += now - cpu
+                cpu = now
             batch.finish(short, error)
 
     def _run(self, fd, pages, first, stride, buffer, page_bytes, got) -> tuple[list[int], Exception | None]:
@@ -135,33 +213,47 @@ class IOEngine:
         mine = got[first::stride]  # a view: the re-reads below update it
         with self._lock:
             self._reads += mine.shape[0]
-        error = None
-        for k in np.flatnonzero(mine < 0).tolist():  # read again to raise the error with its errno
-            j = first + k * stride
-            try:
-                got[j] = os.preadv(fd, [memoryview(buffer[j * page_bytes:(j + 1) * page_bytes])],
-                                   int(pages[j]) * page_bytes)
-            except Exception as exc:  # noqa: BLE001 - handed to the caller, never lost
-                error = exc
-                break
+        error = _read_again(fd, pages, buffer, page_bytes, got, first + np.flatnonzero(mine < 0) * stride)
         if error is not None:
             return [], error
         return (first + np.flatnonzero(mine != page_bytes) * stride).tolist(), None
 
     def stats(self) -> dict:
-        """``depth``, ``reads`` (pages read so far) and ``peak_in_flight`` (most jobs at once)."""
+        """``depth``, ``submission``, ``reads`` (pages read so far), ``read_cpu_ns`` (the CPU
+        time the threads that read them spent on it: the requests' own with ``aio``, the
+        reader threads' with ``threads``) and ``peak_in_flight`` (most reads at once with
+        ``aio``, most jobs with ``threads``)."""
         with self._lock:
-            return {"depth": self.depth, "reads": self._reads, "peak_in_flight": self._peak}
+            return {"depth": self.depth, "submission": self.submission, "reads": self._reads,
+                    "read_cpu_ns": self._read_cpu_ns, "peak_in_flight": self._peak}
 
     def close(self) -> None:
-        """Stop the reader threads once the jobs queued before are done."""
-        with self._lock:
+        """Stop taking reads; return once the reads started before are done."""
+        with self._room:
             self._closed = True
+            self._room.notify_all()
+            while self._free < self.depth:  # aio reads still running
+                self._room.wait()
             threads, self._threads = self._threads, []
+            contexts = list(self._contexts)
         for _ in threads:
             self._jobs.put(None)
         for t in threads:
             t.join()
+        for ctx in contexts:
+            ctx.close()
+
+
+def _read_again(fd, pages, buffer, page_bytes, got, positions) -> Exception | None:
+    """Read the failed ``positions`` again with ``os.preadv`` (updating ``got``): None if all
+    succeed this time (a transient failure), else the first error, with its errno."""
+    for j in positions.tolist():
+        try:
+            got[j] = os.preadv(fd, [memoryview(buffer[j * page_bytes:(j + 1) * page_bytes])],
+                               int(pages[j]) * page_bytes)
+        except Exception as exc:  # noqa: BLE001 - handed to the caller, never lost
+            return exc
+    return None
 
 
 class _Batch:
