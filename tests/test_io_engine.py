@@ -9,6 +9,7 @@ do overlap; a short read is reported, a failed read raised, and no caller waits 
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 import threading
@@ -245,3 +246,21 @@ def test_a_direct_store_reads_through_one_engine_per_device(tmp_path, submission
     engine = devices["nand-p4500"]["engine"]
     assert engine["submission"] == submission and engine["read_cpu_ns"] > 0
     assert engine["reads"] > 0 and 1 <= engine["peak_in_flight"] <= engine["depth"]
+
+
+@pytest.mark.skipif(not aio.aio_supported(), reason="no kernel AIO")
+def test_a_context_the_kernel_refuses_is_a_clear_error(monkeypatch):
+    """When the system's AIO events are all taken, io_setup's EAGAIN names the limit and the
+    way out, and no context is left behind."""
+    real = aio._syscall
+
+    def full(number, *args):
+        if number == aio._IO_SETUP:
+            ctypes.set_errno(11)
+            return -1
+        return real(number, *args)
+
+    monkeypatch.setattr(aio, "_syscall", full)
+    with pytest.raises(OSError, match="fs.aio-max-nr.*io_submission = 'threads'") as refused:
+        aio.AioContext(4)
+    assert refused.value.errno == 11

@@ -6,8 +6,9 @@ request's reads pass through queues and hand-overs on the way. Kernel AIO (``io_
 ``io_getevents``) submits many reads in one system call and reaps every read that has
 completed in one more, so the calling thread keeps its queue depth of reads at the device
 with a few system calls per batch of completions and no other thread at all. Measured on the
-AMD EPYC VM (Zen 4), 3,000 random reads of a 2 GiB file at queue depth 16: 4.2 us of CPU per
-read against 10.6 us through reader threads, at the same reads per second (bench/RESULTS.md).
+AMD EPYC VM (Zen 4) by ``bench/bench_io_engine.py``, random 4 KiB reads at queue depth 4-55:
+2.8-8.0 us of CPU per read, 0.35-0.60x reader threads', at the same reads per second
+(bench/RESULTS.md).
 
 The loop (:func:`aio_read_pages`) is one Numba function with the GIL released, calling the
 system calls through libc's ``syscall``. Only x86-64 Linux is supported (its system call
@@ -151,19 +152,22 @@ class AioContext:
     """
 
     def __init__(self, depth: int):
+        self.id = 0  # set first: a context io_setup refused is still collected cleanly
+        self._lock = threading.Lock()
+        # kept: at interpreter exit the module's globals may be gone before this is collected
+        self._destroy = functools.partial(_syscall, _IO_DESTROY)
         ctx = ctypes.c_ulong(0)
         if _syscall(_IO_SETUP, depth, ctypes.addressof(ctx), 0, 0, 0) < 0:
             err = ctypes.get_errno()
-            raise OSError(err, f"io_setup({depth}): {os.strerror(err)}")
+            why = (" (the system's AIO events, sysctl fs.aio-max-nr, are taken: raise it, or set "
+                   "the hierarchy's io_submission = 'threads')" if err == _EAGAIN else "")
+            raise OSError(err, f"io_setup({depth}): {os.strerror(err)}{why}")
         self.id = ctx.value
         self.depth = depth
         self.iocbs = np.zeros((depth, IOCB_BYTES // 8), dtype=np.int64)
         self.ptrs = np.zeros(depth, dtype=np.int64)
         self.events = np.zeros((depth, _EVENT_WORDS), dtype=np.int64)
         self.free = np.zeros(depth, dtype=np.int64)
-        self._lock = threading.Lock()
-        # kept: at interpreter exit the module's globals may be gone before this is collected
-        self._destroy = functools.partial(_syscall, _IO_DESTROY)
 
     def read(self, fd: int, pages: np.ndarray, base: int, page_bytes: int, depth: int, got: np.ndarray) -> None:
         """:func:`aio_read_pages` on this context, at most ``depth`` (<= its own) in flight.

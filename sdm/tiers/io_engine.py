@@ -10,7 +10,8 @@ submit them:
 * ``aio`` (the default where the machine has it, :func:`sdm.tiers.aio.aio_supported`): the
   request's own thread submits its reads and reaps their completions in batches through
   kernel AIO, in one Numba loop with the GIL released. Per 4 KiB O_DIRECT read on the AMD
-  EPYC VM (Zen 4): 4.2 us of CPU, at the same reads per second (bench/RESULTS.md).
+  EPYC VM (Zen 4): 2.8-8.0 us of CPU at queue depth 4-55, 0.35-0.60x reader threads', at
+  the same reads per second (``bench/bench_io_engine.py``, bench/RESULTS.md).
 * ``threads``: ``depth`` reader threads, started once, take read jobs first come first
   served from one queue; a request splits its pages into at most its queue depth of jobs,
   and a job's reads run in one Numba loop over libc's ``pread`` with the GIL released
