@@ -13,6 +13,7 @@ import ctypes
 import mmap
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -45,6 +46,14 @@ def engine(request):
     e = IOEngine("test", 4, request.param)
     yield e
     e.close()
+
+
+def until(predicate) -> None:
+    """Wait for ``predicate()`` to hold, failing after TIMEOUT seconds rather than hanging."""
+    deadline = time.monotonic() + TIMEOUT
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)
 
 
 def reference(fd, pages):
@@ -264,3 +273,45 @@ def test_a_context_the_kernel_refuses_is_a_clear_error(monkeypatch):
     with pytest.raises(OSError, match="fs.aio-max-nr.*io_submission = 'threads'") as refused:
         aio.AioContext(4)
     assert refused.value.errno == 11
+
+
+@pytest.mark.skipif(not aio.aio_supported(), reason="no kernel AIO")
+def test_aio_room_is_granted_first_come_first_served(data_file, monkeypatch):
+    """A caller that asked for room first reads first, even when a later, smaller one would
+    fit sooner: the device's queue is FIFO, as the reader threads' job queue is, and a
+    request is never overtaken for ever (a random wake-up order would stretch the tail)."""
+    engine = IOEngine("fifo", 4, "aio")
+    fd = os.open(data_file, os.O_RDONLY)
+    order, gates = [], {n: threading.Event() for n in (3, 4, 1)}
+    real = aio.AioContext.read
+
+    def gated(self, fd, pages, base, page_bytes, depth, got):
+        order.append(len(pages))
+        assert gates[len(pages)].wait(TIMEOUT)
+        real(self, fd, pages, base, page_bytes, depth, got)
+
+    monkeypatch.setattr(aio.AioContext, "read", gated)
+
+    def read(n):
+        return engine.read_pages(fd, list(range(n)), memoryview(bytearray(n * PAGE)), PAGE, n)
+
+    try:
+        with ThreadPoolExecutor(3) as pool:
+            holder = pool.submit(read, 3)  # holds 3 of the 4
+            until(lambda: order == [3])
+            big = pool.submit(read, 4)  # needs all 4: waits for the holder
+            until(lambda: len(engine._waiting) == 1)
+            small = pool.submit(read, 1)  # 1 is free, but the big one asked first
+            until(lambda: len(engine._waiting) == 2)
+            assert order == [3]
+            gates[3].set()
+            gates[4].set()
+            gates[1].set()
+            assert [f.result(TIMEOUT) for f in (holder, big, small)] == [[], [], []]
+        assert order == [3, 4, 1]
+        assert engine.stats()["peak_in_flight"] == 4
+    finally:
+        for g in gates.values():
+            g.set()
+        engine.close()
+        os.close(fd)

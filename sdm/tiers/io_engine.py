@@ -24,6 +24,7 @@ Either way the engine counts its reads and the CPU they cost the threads that ra
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import os
 import queue
@@ -96,8 +97,11 @@ class IOEngine:
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
-        self._room = threading.Condition(self._lock)  # aio: reads the callers may still start
+        # aio: room for reads, granted first come first served (as the reader threads' job
+        # queue serves), so a request never waits behind later ones
         self._free = self.depth
+        self._waiting: collections.deque[_Turn] = collections.deque()
+        self._idle = threading.Condition(self._lock)  # close() waits on it for running reads
         self._local = threading.local()  # aio: each calling thread's context
         self._contexts: weakref.WeakSet = weakref.WeakSet()
         self._reads = 0
@@ -137,12 +141,7 @@ class IOEngine:
 
     def _read_aio(self, fd, pages, buffer, page_bytes, depth, got) -> list[int]:
         give_up()  # the request waits for the disk: its core is free for others
-        with self._room:
-            while self._free < depth and not self._closed:
-                self._room.wait()
-            self._check_open()
-            self._free -= depth
-            self._peak = max(self._peak, self.depth - self._free)
+        self._take(depth)
         cpu, done = 0, False
         try:
             ctx = self._context()
@@ -153,15 +152,51 @@ class IOEngine:
             finally:
                 cpu = time.thread_time_ns() - t0
         finally:  # the reads' room goes back however they ended
-            with self._room:
-                self._free += depth
+            with self._lock:
                 self._reads += pages.shape[0] if done else 0
                 self._read_cpu_ns += cpu
-                self._room.notify_all()
+                self._give(depth)
         error = _read_again(fd, pages, buffer, page_bytes, got, np.flatnonzero(got < 0))
         if error is not None:
             raise error
         return np.flatnonzero(got != page_bytes).tolist()
+
+    def _take(self, n: int) -> None:
+        """Room for ``n`` reads, after every caller that asked before (ConfigError if the
+        engine closes first)."""
+        with self._lock:
+            self._check_open()
+            if not self._waiting and self._free >= n:
+                self._free -= n
+                self._peak = max(self._peak, self.depth - self._free)
+                return
+            turn = _Turn(n)
+            self._waiting.append(turn)
+        try:
+            turn.event.wait()
+        except BaseException:  # interrupted: leave the queue, or hand back what was granted
+            with self._lock:
+                if turn in self._waiting:
+                    self._waiting.remove(turn)
+                    self._give(0)  # the next in line may fit now
+                elif turn.granted:
+                    self._give(n)
+            raise
+        if not turn.granted:
+            raise ConfigError(f"IO engine {self.name!r} is closed")
+
+    def _give(self, n: int) -> None:
+        """Return room for ``n`` reads and grant the callers in line that now fit, in order
+        (the lock held)."""
+        self._free += n
+        while self._waiting and self._free >= self._waiting[0].n:
+            turn = self._waiting.popleft()
+            self._free -= turn.n
+            turn.granted = True
+            turn.event.set()
+        self._peak = max(self._peak, self.depth - self._free)
+        if self._free == self.depth:
+            self._idle.notify_all()
 
     def _context(self) -> AioContext:
         ctx = getattr(self._local, "ctx", None)
@@ -230,11 +265,13 @@ class IOEngine:
 
     def close(self) -> None:
         """Stop taking reads; return once the reads started before are done."""
-        with self._room:
+        with self._lock:
             self._closed = True
-            self._room.notify_all()
+            for turn in self._waiting:  # callers in line: refused (granted stays False)
+                turn.event.set()
+            self._waiting.clear()
             while self._free < self.depth:  # aio reads still running
-                self._room.wait()
+                self._idle.wait()
             threads, self._threads = self._threads, []
             contexts = list(self._contexts)
         for _ in threads:
@@ -255,6 +292,17 @@ def _read_again(fd, pages, buffer, page_bytes, got, positions) -> Exception | No
         except Exception as exc:  # noqa: BLE001 - handed to the caller, never lost
             return exc
     return None
+
+
+class _Turn:
+    """A caller in line for room for ``n`` reads."""
+
+    __slots__ = ("n", "event", "granted")
+
+    def __init__(self, n: int):
+        self.n = n
+        self.event = threading.Event()
+        self.granted = False
 
 
 class _Batch:
