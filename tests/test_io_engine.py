@@ -201,6 +201,36 @@ def test_the_aio_loop_equals_plain_preads_at_any_depth(data_file, pages, depth):
 
 
 @pytest.mark.skipif(not aio.aio_supported(), reason="no kernel AIO")
+@pytest.mark.parametrize("depth", [1, 3, 16])
+def test_the_aio_loop_reads_o_direct_pages_in_flight_together(data_file, depth):
+    """O_DIRECT, so the reads really are in flight at once and complete in any order (a
+    buffered file is read inside io_submit): 300 pages, repeats included, each where it
+    belongs; a depth below 1 is refused."""
+    try:
+        fd = os.open(data_file, os.O_RDONLY | os.O_DIRECT)
+    except OSError as exc:
+        pytest.skip(f"no O_DIRECT here: {exc}")
+    plain = os.open(data_file, os.O_RDONLY)
+    pages = np.random.default_rng(depth).integers(0, PAGES, 300)
+    buf = mmap.mmap(-1, len(pages) * PAGE)  # page aligned, as O_DIRECT needs
+    view = np.frombuffer(buf, dtype=np.uint8)
+    ctx = aio.AioContext(16)
+    try:
+        got = np.zeros(len(pages), dtype=np.int64)
+        ctx.read(fd, pages, view.ctypes.data, PAGE, depth, got)
+        assert (got == PAGE).all()
+        assert view.tobytes() == reference(plain, pages.tolist())
+        with pytest.raises(ValueError, match="depth >= 1"):
+            ctx.read(fd, pages, view.ctypes.data, PAGE, 0, got)
+    finally:
+        ctx.close()
+        del view
+        buf.close()
+        os.close(fd)
+        os.close(plain)
+
+
+@pytest.mark.skipif(not aio.aio_supported(), reason="no kernel AIO")
 def test_closing_an_aio_engine_waits_for_its_readers_and_refuses_more(data_file):
     """Callers queued for room when the engine closes get a clear error, not a hang; the
     reads already running finish first."""
@@ -220,9 +250,11 @@ def test_closing_an_aio_engine_waits_for_its_readers_and_refuses_more(data_file)
             first = pool.submit(engine.read_pages, fd, [1, 2], memoryview(bytearray(2 * PAGE)), PAGE, 2)
             assert started.wait(TIMEOUT)
             queued = pool.submit(engine.read_pages, fd, [3], memoryview(bytearray(PAGE)), PAGE, 1)
+            until(lambda: len(engine._waiting) == 1)  # in line for room when the engine closes
             closing = pool.submit(engine.close)
             with pytest.raises(ConfigError, match="closed"):
                 queued.result(TIMEOUT)
+            until(lambda: engine._closed)
             assert not closing.done()  # the first caller still reads
             release.set()
             assert first.result(TIMEOUT) == []

@@ -182,9 +182,10 @@ class HostSimulation:
         mean = float(cost.mean())
         self.work = cost / mean if mean > 0 else np.ones_like(cost)
         # Of a request served alone, the share the cold factors stretch: its profiled CPU,
-        # the serving thread's own work they were measured on. Not the curve's process CPU,
-        # which in direct mode is mostly the IO engine's readers in the kernel, on other
-        # threads (about 80 ms a request against 2.4 ms profiled, the 4 MiB-cache case).
+        # the serving thread's own work they were measured on. Not its direct reads' CPU,
+        # which no cold factor applies to (as in the cores-and-devices simulation), nor the
+        # curve's process CPU, which with reader threads is mostly theirs in the kernel
+        # (about 80 ms a request against 2.4 ms profiled, the 4 MiB-cache case).
         self.cpu_share = min(1.0, mean * float(self.rate_of_k[1]))
         self.k_busy = np.zeros(self.workers + 1)
 

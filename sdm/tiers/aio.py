@@ -26,6 +26,7 @@ import ctypes
 import functools
 import os
 import platform
+import sys
 import threading
 
 import numpy as np
@@ -72,7 +73,8 @@ def aio_read_pages(ctx, fd, pages, base, page_bytes, depth, got, iocbs, ptrs, ev
     ``(>= depth, 4)`` int64 and ``free`` ``(>= depth,)`` int64 are the context's scratch.
 
     Returns 0; or -errno of a failed ``io_submit`` (nothing more is submitted, and every read
-    in flight is reaped before returning, so none lands in ``base`` later); or
+    in flight is reaped before returning, so none lands in ``base`` later; the pages not
+    submitted keep their ``got``); or
     ``-GETEVENTS_FAILED - errno`` of a failed ``io_getevents``, returned at once with reads in
     flight: the caller must destroy the context (which waits for them) before it reuses
     their buffer.
@@ -104,9 +106,9 @@ def aio_read_pages(ctx, fd, pages, base, page_bytes, depth, got, iocbs, ptrs, ev
             k += 1
         if k > 0:
             r = _syscall(_IO_SUBMIT, ctx, k, ptrs.ctypes.data, 0, 0)
-            if r < 0:
+            if r <= 0:  # none taken: an error, or (never seen) 0, taken as EAGAIN
+                err = _errno()[0] if r < 0 else _EAGAIN
                 r = 0
-                err = _errno()[0]
                 if in_flight == 0 or (err != _EAGAIN and err != _EINTR):
                     error = -err  # EAGAIN with nothing in flight would never clear
             for i in range(r, k):  # the iocbs not taken go back, to be submitted again
@@ -134,7 +136,8 @@ def aio_read_pages(ctx, fd, pages, base, page_bytes, depth, got, iocbs, ptrs, ev
 @functools.cache
 def aio_supported() -> bool:
     """Whether this machine runs kernel AIO for sdm: x86-64 Linux, and ``io_setup`` works."""
-    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+    if (platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64")
+            or sys.maxsize <= 2**32):  # a 32-bit Python on x86-64 has the i386 system calls
         return False
     try:
         AioContext(1).close()
@@ -168,22 +171,29 @@ class AioContext:
         self.ptrs = np.zeros(depth, dtype=np.int64)
         self.events = np.zeros((depth, _EVENT_WORDS), dtype=np.int64)
         self.free = np.zeros(depth, dtype=np.int64)
+        # Compile the loop (once a process) now, with nothing to read, not in a read's time.
+        none = np.zeros(0, dtype=np.int64)
+        aio_read_pages(self.id, -1, none, 0, 1, 1, none, self.iocbs, self.ptrs, self.events, self.free)
 
     def read(self, fd: int, pages: np.ndarray, base: int, page_bytes: int, depth: int, got: np.ndarray) -> None:
-        """:func:`aio_read_pages` on this context, at most ``depth`` (<= its own) in flight.
+        """:func:`aio_read_pages` on this context, at most ``depth`` (in ``[1, its own]``)
+        in flight. ``got[j]`` ends as the read's result, or -1 for a page a failed
+        ``io_submit`` left unread (the caller reads those another way, to learn why).
 
         Raises:
-            OSError: ``io_submit`` or ``io_getevents`` failed (the reads' own errors are in
-                ``got``). After an ``io_getevents`` failure the context is closed.
+            ValueError: ``depth`` below 1, or ``got`` not as long as ``pages``.
+            OSError: ``io_getevents`` failed; the context is then closed.
         """
+        if depth < 1 or got.shape != pages.shape:
+            raise ValueError(f"AIO read of {pages.shape[0]} pages needs depth >= 1 and as many results, "
+                             f"got depth {depth} and {got.shape[0]}")
+        got[:] = -1
         rc = aio_read_pages(self.id, fd, pages, base, page_bytes, min(depth, self.depth), got,
                             self.iocbs, self.ptrs, self.events, self.free)
         if rc <= -GETEVENTS_FAILED:  # reads may still be in flight: destroying waits for them
             self.close()
             err = -rc - GETEVENTS_FAILED
             raise OSError(err, f"io_getevents: {os.strerror(err)}")
-        if rc < 0:
-            raise OSError(-rc, f"io_submit: {os.strerror(-rc)}")
 
     def close(self) -> None:
         with self._lock:

@@ -141,10 +141,11 @@ class IOEngine:
 
     def _read_aio(self, fd, pages, buffer, page_bytes, depth, got) -> list[int]:
         give_up()  # the request waits for the disk: its core is free for others
-        self._take(depth)
-        cpu, done = 0, False
+        ctx = self._context()  # a new thread's context is set up before it holds room
+        taken, cpu, done = 0, 0, False
         try:
-            ctx = self._context()
+            self._take(depth)
+            taken = depth
             t0 = time.thread_time_ns()
             try:
                 ctx.read(fd, pages, buffer.ctypes.data, page_bytes, depth, got)
@@ -155,7 +156,9 @@ class IOEngine:
             with self._lock:
                 self._reads += pages.shape[0] if done else 0
                 self._read_cpu_ns += cpu
-                self._give(depth)
+                if taken:
+                    self._give(taken)
+        # pages a failed io_submit left unread (-1) and reads that failed, read again
         error = _read_again(fd, pages, buffer, page_bytes, got, np.flatnonzero(got < 0))
         if error is not None:
             raise error
@@ -199,6 +202,7 @@ class IOEngine:
             self._idle.notify_all()
 
     def _context(self) -> AioContext:
+        self._check_open()
         ctx = getattr(self._local, "ctx", None)
         if ctx is None or ctx.closed:
             ctx = AioContext(self.depth)
