@@ -347,3 +347,18 @@ def test_aio_room_is_granted_first_come_first_served(data_file, monkeypatch):
             g.set()
         engine.close()
         os.close(fd)
+
+
+@pytest.mark.parametrize("submission", KINDS)
+def test_a_closed_engine_refuses_reads(data_file, submission):
+    """Reads after close() get a clear error: none is queued where no reader would take it."""
+    engine = IOEngine("closed", 2, submission)
+    fd = os.open(data_file, os.O_RDONLY)
+    try:
+        assert engine.read_pages(fd, [1, 2], memoryview(bytearray(2 * PAGE)), PAGE, 2) == []
+        engine.close()
+        with pytest.raises(ConfigError, match="closed"):
+            engine.read_pages(fd, [1], memoryview(bytearray(PAGE)), PAGE, 1)
+    finally:
+        engine.close()
+        os.close(fd)

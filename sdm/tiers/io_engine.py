@@ -134,9 +134,13 @@ class IOEngine:
         if self.submission == "aio":
             return self._read_aio(fd, pages, buffer, page_bytes, jobs, got)
         batch = _Batch(jobs)
-        self._start()
-        for first in range(jobs):  # strided: each job's pages spread over the whole batch
-            self._jobs.put((fd, pages, first, jobs, buffer, page_bytes, got, batch))
+        # Queued under the lock close() takes first: the jobs go ahead of its stop sentinels,
+        # or the engine is found closed, never behind them where no reader would take them.
+        with self._lock:
+            self._check_open()
+            self._start()
+            for first in range(jobs):  # strided: each job's pages spread over the whole batch
+                self._jobs.put((fd, pages, first, jobs, buffer, page_bytes, got, batch))
         return batch.wait()
 
     def _read_aio(self, fd, pages, buffer, page_bytes, depth, got) -> list[int]:
@@ -216,15 +220,11 @@ class IOEngine:
             raise ConfigError(f"IO engine {self.name!r} is closed")
 
     def _start(self) -> None:
-        if self._threads:
-            return
-        with self._lock:
-            self._check_open()
-            while len(self._threads) < self.depth:
-                t = threading.Thread(target=self._serve, name=f"sdm-io-{self.name}-{len(self._threads)}",
-                                     daemon=True)
-                t.start()
-                self._threads.append(t)
+        """Start the reader threads if they are not running (the lock held)."""
+        while len(self._threads) < self.depth:
+            t = threading.Thread(target=self._serve, name=f"sdm-io-{self.name}-{len(self._threads)}", daemon=True)
+            t.start()
+            self._threads.append(t)
 
     def _serve(self) -> None:
         cpu = time.thread_time_ns()  # a job's CPU includes this thread's wake-up for it
