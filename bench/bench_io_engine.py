@@ -111,12 +111,13 @@ def main(argv=None) -> int:
                         row[k] = {"ms_per_request": wall * 1e3, "reads_per_s": reads / wall,
                                   "cpu_us_per_read": float(np.median([c for _, c in got[k]])) / reads * 1e6}
                     rows.append(row)
-                    line = "  ".join(f"{k}: {row[k]['reads_per_s']:8,.0f} reads/s {row[k]['cpu_us_per_read']:5.2f} us CPU/read"
-                                     for k in kinds)
+                    line = "  ".join(f"{k}: {row[k]['reads_per_s']:8,.0f} reads/s "
+                                     f"{row[k]['cpu_us_per_read']:5.2f} us CPU/read" for k in kinds)
                     ratio = ""
                     if len(kinds) == 2:
-                        ratio = (f"  aio/threads: CPU {row['aio']['cpu_us_per_read'] / row['threads']['cpu_us_per_read']:.2f}x,"
-                                 f" reads/s {row['aio']['reads_per_s'] / row['threads']['reads_per_s']:.2f}x")
+                        a, t = row["aio"], row["threads"]
+                        ratio = (f"  aio/threads: CPU {a['cpu_us_per_read'] / t['cpu_us_per_read']:.2f}x,"
+                                 f" reads/s {a['reads_per_s'] / t['reads_per_s']:.2f}x")
                     print(f"qd {qd:3d} x {callers} callers  {line}{ratio}", flush=True)
         finally:
             os.close(fd)

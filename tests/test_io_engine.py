@@ -9,6 +9,7 @@ do overlap; a short read is reported, a failed read raised, and no caller waits 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 import os
@@ -46,6 +47,18 @@ def engine(request):
     e = IOEngine("test", 4, request.param)
     yield e
     e.close()
+
+
+@contextlib.contextmanager
+def serving(data_file, name, depth, submission):
+    """``(engine, fd)``: an IO engine and the data file open to read, both closed after."""
+    engine = IOEngine(name, depth, submission)
+    fd = os.open(data_file, os.O_RDONLY)
+    try:
+        yield engine, fd
+    finally:
+        engine.close()
+        os.close(fd)
 
 
 def until(predicate) -> None:
@@ -93,9 +106,7 @@ def test_direct_reads_into_an_aligned_buffer(data_file, submission):
 
 @pytest.mark.parametrize("submission", KINDS)
 def test_many_requests_share_a_bounded_depth(data_file, submission):
-    engine = IOEngine("bounded", 3, submission)
-    fd = os.open(data_file, os.O_RDONLY)
-    try:
+    with serving(data_file, "bounded", 3, submission) as (engine, fd):
         def request(seed):
             pages = np.random.default_rng(seed).integers(0, PAGES, 32).tolist()
             buf = bytearray(len(pages) * PAGE)
@@ -109,17 +120,12 @@ def test_many_requests_share_a_bounded_depth(data_file, submission):
         assert 1 <= stats["peak_in_flight"] <= 3  # never more than the device's depth
         readers = len([t for t in threading.enumerate() if t.name.startswith("sdm-io-bounded")])
         assert readers == (3 if submission == "threads" else 0)  # aio: the callers read
-    finally:
-        engine.close()
-        os.close(fd)
     assert not [t for t in threading.enumerate() if t.name.startswith("sdm-io-bounded")]
 
 
 @pytest.mark.parametrize("submission", KINDS)
 def test_short_reads_are_reported_and_errors_raised(data_file, submission):
-    engine = IOEngine("short", 2, submission)
-    fd = os.open(data_file, os.O_RDONLY)
-    try:
+    with serving(data_file, "short", 2, submission) as (engine, fd):
         buf = bytearray(3 * PAGE)
         assert engine.read_pages(fd, [0, PAGES, PAGES + 5], memoryview(buf), PAGE, 2) == [1, 2]
         closed = os.open(data_file, os.O_RDONLY)
@@ -129,9 +135,6 @@ def test_short_reads_are_reported_and_errors_raised(data_file, submission):
         assert failed.value.errno == 9  # EBADF
         # the engine still serves after a failure
         assert engine.read_pages(fd, [1], memoryview(buf), PAGE, 1) == []
-    finally:
-        engine.close()
-        os.close(fd)
 
 
 @pytest.mark.parametrize("submission", KINDS)
@@ -154,16 +157,11 @@ def test_a_read_that_fails_once_and_then_succeeds_is_whole(data_file, monkeypatc
             got[::2] = -4  # EINTR
 
         monkeypatch.setattr(aio.AioContext, "read", flaky)
-    engine = IOEngine("flaky", 2, submission)
-    fd = os.open(data_file, os.O_RDONLY)
-    try:
+    with serving(data_file, "flaky", 2, submission) as (engine, fd):
         pages = [5, 9, 1, 40]
         buf = bytearray(len(pages) * PAGE)
         assert engine.read_pages(fd, pages, memoryview(buf), PAGE, 2) == []
         assert bytes(buf) == reference(fd, pages)
-    finally:
-        engine.close()
-        os.close(fd)
 
 
 def test_bad_depth_and_submission_are_refused(monkeypatch):
@@ -352,13 +350,8 @@ def test_aio_room_is_granted_first_come_first_served(data_file, monkeypatch):
 @pytest.mark.parametrize("submission", KINDS)
 def test_a_closed_engine_refuses_reads(data_file, submission):
     """Reads after close() get a clear error: none is queued where no reader would take it."""
-    engine = IOEngine("closed", 2, submission)
-    fd = os.open(data_file, os.O_RDONLY)
-    try:
+    with serving(data_file, "closed", 2, submission) as (engine, fd):
         assert engine.read_pages(fd, [1, 2], memoryview(bytearray(2 * PAGE)), PAGE, 2) == []
         engine.close()
         with pytest.raises(ConfigError, match="closed"):
             engine.read_pages(fd, [1], memoryview(bytearray(PAGE)), PAGE, 1)
-    finally:
-        engine.close()
-        os.close(fd)

@@ -21,8 +21,9 @@ A request ``n`` arrives at ``arrivals[n]`` and is an instance of profiled reques
 * a read that costs the host CPU (``dev_read_cpu[d]`` ns on device ``d``: direct IO's, in the
   kernel) makes its batch CPU work too: the batch's reads x their CPU, split into
   ``min(batch_qd[b], cores, reads, dev_read_threads[d])`` equal tasks (a 0 there: no bound)
-  queued for the cores when the batch issues (the threads that read run side by side, beside the device: reader
-  threads, one job per read at most, or with kernel AIO the request's own thread, 1);
+  queued for the cores when the batch issues (the threads that read run side by side, beside
+  the device: reader threads, one job per read at most, or with kernel AIO the request's own
+  thread, 1);
   the batch is done when its reads and those tasks are. They are work the device's reads
   bring, not the request's: no cold-core factor and no stall applies to them;
 * when the embedding task and its reads and the bottom MLP are done, its top task
@@ -125,7 +126,8 @@ def _room(fifo, head, tail, more):
 @jit
 def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_ptr, batch_qd, sub_ptr,
                   sub_dev, sub_reads, dev_latency, dev_spacing, dev_read_cpu, dev_read_threads, cores, workers,
-                  stall_ns, wake_ns, overlap, batch_after_ns, batch_cold_ns, cold_gap_ns, cold_factor, latency_out, dev_reads_out,
+                  stall_ns, wake_ns, overlap, batch_after_ns, batch_cold_ns, cold_gap_ns, cold_factor, latency_out,
+                  dev_reads_out,
                   dev_busy_out):
     """Run the host of this module's docstring over ``N`` arrivals.
 
