@@ -61,8 +61,9 @@ class ThreadCurve:
     ``cpu_slots``: the store's bound on lookups running CPU work at once (0: none).
 
     Per count, what :func:`~sdm.host.workers.closed_loop` saw beyond the means (empty when
-    not measured): ``requests``, ``(M, 2)`` int64 rows of (profiled request, latency ns);
-    ``wake_late_ns``, ``(L,)`` float64, how late a thread waking in the process ran."""
+    not measured): ``requests``, ``(M, 2)`` int64 rows of (profiled request, latency ns) at
+    random phases; ``wake_late_ns``, ``(L,)`` float64, how late a thread waking in the
+    process ran."""
 
     threads: np.ndarray
     qps: np.ndarray
@@ -107,13 +108,15 @@ class ThreadCurve:
         """``(workers + 1, QUANTILES)`` float64: with ``k`` in service, the quantiles of a
         request's measured latency over the simulation's for it, ``work[r] x k / X(k)``
         (``work``: each profiled request's work in mean requests), scaled to mean 1, so the
-        rate X(k) holds. Row 0 and counts not measured: ones (every request as the mean)."""
+        rate X(k) holds. Between counts measured, linear in ``k``; row 0, and every row when
+        no count has samples: ones (every request as the mean)."""
         per_count = []
         for i, k in enumerate(self.threads):
             rows = self.requests[i] if i < len(self.requests) else np.zeros((0, 2), np.int64)
             rows = rows[rows[:, 0] < work.shape[0]]
-            nominal = work[rows[:, 0]] * k / (self.qps[i] / 1e9)
-            u = rows[:, 1] / nominal if rows.shape[0] and self.qps[i] > 0 else np.zeros(0)
+            u = np.zeros(0)
+            if rows.shape[0] and self.qps[i] > 0:
+                u = rows[:, 1] / (work[rows[:, 0]] * k / (self.qps[i] / 1e9))
             per_count.append(_quantiles(u / u.mean()) if u.size and u.mean() > 0 else None)
         out = self._table(per_count, workers)
         out[0] = 1.0
@@ -123,9 +126,10 @@ class ThreadCurve:
 
     def wake_late_of_k(self, workers: int) -> np.ndarray:
         """``(workers + 1, QUANTILES)`` float64 ns: with ``k`` in service, the quantiles of
-        how late a waking thread runs; row 0 (an idle process) and counts not measured: 0."""
-        late = [w if w.size else None for w in self.wake_late_ns] + [None] * (len(self.threads) - len(self.wake_late_ns))
-        return self._table([None if w is None else _quantiles(w) for w in late], workers)
+        how late a waking thread runs. Between counts measured, linear in ``k``; row 0 (an
+        idle process), and every row when no count has samples: 0."""
+        late = [_quantiles(w) if w.size else None for w in self.wake_late_ns]
+        return self._table(late + [None] * (len(self.threads) - len(late)), workers)
 
     def to_json(self) -> list:
         out = []

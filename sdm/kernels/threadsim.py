@@ -22,9 +22,9 @@ serve next varies, and a request's latency with ``k`` in service spreads around 
 curve's. Request ``n`` draws a quantile index ``spread_q[n]``; with ``k`` in service it
 progresses at ``rate_of_k[k] / k / spread[k, spread_q[n]]`` (``spread`` holds the measured
 quantiles of that ratio, mean 1; all ones is the plain processor sharing). A request that
-finds a free worker while ``k`` others are in service starts only once its thread, waking
-from its wait for the arrival, gets to run: ``late[k, late_q[n]]`` ns, which the request
-waits (holding its worker, not taking a share of the process) and its latency includes.
+finds a free worker while ``k`` others hold theirs starts only once its thread, waking from
+its wait for the arrival, gets to run: ``late[k, late_q[n]]`` ns, which the request waits
+(holding its worker, not yet in service: no share of the process) and its latency includes.
 """
 
 from __future__ import annotations
@@ -52,11 +52,12 @@ def simulate_threads(arrivals, work, rate_of_k, workers, cold_gap_ns, cold_facto
         spread: ``(W + 1, Q)`` float64 > 0: a request's slowness with ``k`` in service, by
             quantile index (row 0 unused).
         spread_q: ``(N,)`` int64 in ``[0, Q)``: each arrival's index into ``spread``.
-        late: ``(W + 1, P)`` float64 >= 0 ns: a waking worker's lateness with ``k`` others in
-            service, by quantile index.
+        late: ``(W + 1, P)`` float64 >= 0 ns: a waking worker's lateness with ``k`` others
+            holding a worker, by quantile index.
         late_q: ``(N,)`` int64 in ``[0, P)``: each arrival's index into ``late``.
         latency_out: ``(N,)`` float64 out: completion minus arrival, ns.
-        busy_out: ``(W + 1,)`` float64 out: ns spent with ``k`` requests in service.
+        busy_out: ``(W + 1,)`` float64 out: ns spent with ``k`` requests in service (past
+            their lateness).
 
     Returns:
         When the last request completed (ns).
