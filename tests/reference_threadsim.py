@@ -1,7 +1,7 @@
 """A slow, obviously correct simulator of thread workers in one process, for
 ``sdm.kernels.threadsim`` to be checked against: time steps from event to event, each
-request past its thread's lateness losing ``rate(k) / k / spread`` of its work per ns while
-``k`` are past theirs."""
+request in service losing ``rate(k) / k`` of its work per ns while ``k`` are in service, its
+thread's lateness added to its latency."""
 
 from __future__ import annotations
 
@@ -9,45 +9,38 @@ import numpy as np
 
 
 def simulate(arrivals, work, rate_of_k, workers, cold_gap=(), cold_factor=(), cpu_share=1.0,
-             spread=None, spread_q=None, late=None, late_q=None):
-    """Latency (ns) of every arrival (see :mod:`sdm.kernels.threadsim`); no ``spread``: all
-    ones, no ``late``: none."""
+             late=None, late_q=None):
+    """Latency (ns) of every arrival (see :mod:`sdm.kernels.threadsim`); no ``late``: none."""
     n = len(arrivals)
     latency = np.zeros(n)
-    held: dict[int, list] = {}  # request -> [work left, when it starts progressing], by start
+    in_service: dict[int, float] = {}  # request -> work left, in the order they started
+    wake: dict[int, float] = {}  # request -> its thread's lateness, added to its latency
     waiting: list[int] = []
     now, nxt, idle_since = 0.0, 0, 0.0
-
-    def slowness(r, k):
-        return 1.0 if spread is None else spread[k][spread_q[r]]
-
-    while nxt < n or waiting or held:
-        running = [r for r in held if held[r][1] <= now]
-        k = len(running)
+    while nxt < n or waiting or in_service:
+        k = len(in_service)
         speed = rate_of_k[k] / k if k else 0.0
-        events = {r: (now + held[r][0] * slowness(r, k) / speed if r in running else held[r][1]) for r in held}
-        first = min(held, key=lambda r: (events[r], list(held).index(r))) if held else None
-        t_event = events[first] if held else float("inf")
+        t_done = now + min(in_service.values()) / speed if k else float("inf")
         t_arrival = arrivals[nxt] if nxt < n else float("inf")
-        t = min(t_arrival, t_event)
-        for r in running:
-            held[r][0] -= (t - now) * speed / slowness(r, k)
-        completes = first is not None and first in running
+        t = min(t_arrival, t_done)
+        for r in in_service:
+            in_service[r] -= (t - now) * speed
         now = t
-        if t_arrival <= t_event:
+        if t_arrival <= t_done:
             waiting.append(nxt)
             nxt += 1
-        elif completes:
-            del held[first]
-            latency[first] = now - arrivals[first]
-            if not held:
+        else:
+            first = min(in_service, key=lambda r: (in_service[r], list(in_service).index(r)))
+            del in_service[first]
+            latency[first] = now - arrivals[first] + wake[first]
+            if not in_service:
                 idle_since = now
-        while waiting and len(held) < workers:
+        while waiting and len(in_service) < workers:
             r = waiting.pop(0)
             w = work[r % len(work)]
-            if not held and len(cold_gap):
+            if not in_service and len(cold_gap):
                 slower = np.interp(now - idle_since, cold_gap, cold_factor) - 1.0  # on the CPU share only
                 w *= 1.0 + cpu_share * slower
-            wake = late[len(held)][late_q[r]] if late is not None and arrivals[r] == now else 0.0
-            held[r] = [w, now + wake]
+            wake[r] = late[len(in_service)][late_q[r]] if late is not None and arrivals[r] == now else 0.0
+            in_service[r] = w
     return latency

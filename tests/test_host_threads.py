@@ -29,17 +29,14 @@ TINY = str(ROOT / "traces" / "tiny-zipf.npz")
 NONE = np.zeros(0)
 
 
-def _run(arrivals, work, rate_of_k, workers, gap=NONE, factor=NONE, cpu_share=1.0, spread=None, spread_q=None,
-         late=None, late_q=None):
-    """The kernel; no ``spread``: one quantile of ones, no ``late``: one of zeros."""
+def _run(arrivals, work, rate_of_k, workers, gap=NONE, factor=NONE, cpu_share=1.0, late=None, late_q=None):
+    """The kernel; no ``late``: one quantile of zeros."""
     n = len(arrivals)
     latency, busy = np.empty(n), np.empty(workers + 1)
-    spread = np.ones((workers + 1, 1)) if spread is None else np.asarray(spread, float)
     late = np.zeros((workers + 1, 1)) if late is None else np.asarray(late, float)
-    spread_q = np.zeros(n, np.int64) if spread_q is None else np.asarray(spread_q, np.int64)
     late_q = np.zeros(n, np.int64) if late_q is None else np.asarray(late_q, np.int64)
     last = simulate_threads(np.asarray(arrivals, float), np.asarray(work, float), np.asarray(rate_of_k, float),
-                            np.int64(workers), gap, factor, cpu_share, spread, spread_q, late, late_q, latency, busy)
+                            np.int64(workers), gap, factor, cpu_share, late, late_q, latency, busy)
     return latency, busy, last
 
 
@@ -48,25 +45,24 @@ def _run(arrivals, work, rate_of_k, workers, gap=NONE, factor=NONE, cpu_share=1.
        work=st.lists(st.integers(1, 30), min_size=1, max_size=6),
        rates=st.lists(st.integers(1, 9), min_size=4, max_size=4), workers=st.integers(1, 4),
        cold=st.booleans(), cpu_share=st.sampled_from([0.0, 0.3, 1.0]),
-       spread=st.one_of(st.none(), st.lists(st.sampled_from([0.5, 1.0, 1.5, 3.0]), min_size=15, max_size=15)),
        late=st.one_of(st.none(), st.lists(st.integers(0, 25), min_size=15, max_size=15)),
        seed=st.integers(0, 2**16))
-def test_the_kernel_matches_the_reference(gaps, work, rates, workers, cold, cpu_share, spread, late, seed):
+def test_the_kernel_matches_the_reference(gaps, work, rates, workers, cold, cpu_share, late, seed):
     arrivals = np.cumsum(np.asarray(gaps, dtype=np.float64))
     rate_of_k = np.asarray([1.0] + rates[:workers], dtype=np.float64) / 10.0
     gap, factor = (np.array([0.0, 20.0]), np.array([1.0, 2.0])) if cold else (NONE, NONE)
-    # per k (rows) three quantiles; each arrival draws an index into each table
-    rng = np.random.default_rng(seed)
-    spread_t = None if spread is None else np.asarray(spread, float)[: 3 * (workers + 1)].reshape(workers + 1, 3)
+    # per k (rows) three quantiles of lateness; each arrival draws an index
     late_t = None if late is None else np.asarray(late, float)[: 3 * (workers + 1)].reshape(workers + 1, 3)
     if late_t is not None:
         late_t[0] = 0.0  # an idle process: the arrival's own thread is the only one
-    sq, lq = rng.integers(0, 3, len(gaps)), rng.integers(0, 3, len(gaps))
-    got, busy, last = _run(arrivals, work, rate_of_k, workers, gap, factor, cpu_share,
-                           spread_t, None if spread_t is None else sq, late_t, None if late_t is None else lq)
-    want = reference_simulate(arrivals, work, rate_of_k, workers, gap, factor, cpu_share, spread_t, sq, late_t, lq)
+    lq = np.random.default_rng(seed).integers(0, 3, len(gaps))
+    got, busy, last = _run(arrivals, work, rate_of_k, workers, gap, factor, cpu_share, late_t,
+                           None if late_t is None else lq)
+    want = reference_simulate(arrivals, work, rate_of_k, workers, gap, factor, cpu_share, late_t, lq)
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-6)
-    assert last == pytest.approx(float(np.max(arrivals + want)))
+    if late_t is None:  # else a latency also holds its thread's lateness, after its completion
+        assert last == pytest.approx(float(np.max(arrivals + want)))
+    assert last <= float(np.max(arrivals + want)) + 1e-6
     assert busy[0] == 0.0 and busy.sum() <= last + 1e-6
 
 
@@ -94,28 +90,23 @@ def test_a_rate_per_thread_is_an_infinite_server():
     np.testing.assert_allclose(latency, work / 0.5, rtol=1e-9, atol=1e-9)  # float residue of shared steps
 
 
-def test_an_infinite_server_with_a_spread_and_late_threads():
-    """rate(k) = k mu again, with each request slower by its own draw of a spread the same at
-    every k, and a thread that starts it late whenever another request holds a worker at its
-    arrival: its latency is its work times its draw over mu, plus that lateness, exactly."""
+def test_an_infinite_server_with_late_threads():
+    """rate(k) = k mu again, with a thread that runs late whenever another request holds a
+    worker at its arrival: its latency is its work over mu, plus that lateness, exactly."""
     n, workers, mu, late_ns = 5_000, 64, 0.5, 0.3
     rng = np.random.default_rng(3)
     work = rng.exponential(1.0, n)
     arrivals = _poisson(n, 1.0)
-    values = np.array([0.5, 1.0, 2.5])
-    sq, lq = rng.integers(0, 3, n), rng.integers(0, 2, n)
-    spread = np.tile(values, (workers + 1, 1))
+    lq = rng.integers(0, 2, n)
     late = np.tile([0.0, late_ns], (workers + 1, 1))
     late[0] = 0.0
-    latency, _, _ = _run(arrivals, work, 0.5 * np.arange(workers + 1, dtype=float), workers,
-                         spread=spread, spread_q=sq, late=late, late_q=lq)
+    latency, _, _ = _run(arrivals, work, 0.5 * np.arange(workers + 1, dtype=float), workers, late=late, late_q=lq)
     wake = np.zeros(n)
-    ends = []  # when each earlier request leaves: it holds its worker from its arrival to then
+    ends = arrivals + work / mu  # each holds its worker from its arrival until then
     for i in range(n):
-        if any(e > arrivals[i] for e in ends[-50:]):
+        if (ends[max(0, i - 50):i] > arrivals[i]).any():
             wake[i] = late_ns * lq[i]
-        ends.append(arrivals[i] + wake[i] + work[i] * values[sq[i]] / mu)
-    np.testing.assert_allclose(latency, wake + work * values[sq] / mu, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(latency, wake + work / mu, rtol=1e-9, atol=1e-9)
 
 
 def test_a_constant_rate_shared_is_mm1_processor_sharing():
@@ -147,31 +138,19 @@ def test_the_curve_interpolates_between_the_counts_measured():
     assert thread_counts(32) == [1, 2, 3, 4, 6, 9, 13, 19, 28, 32]
 
 
-def test_the_curve_keeps_each_counts_spread_and_wake_lateness():
-    """A count's spread is each request's latency over the simulation's for it (its work x k /
-    X(k)), scaled to mean 1, as quantiles; between counts each quantile is linear in k. The
-    wake-up lateness is a count's measured quantiles; an idle process (row 0) has none."""
+def test_the_curve_keeps_each_counts_wake_lateness():
+    """A count's measured quantiles of a waking thread's lateness; between counts each
+    quantile is linear in k; an idle process (row 0) has none, nor a curve without samples."""
     from sdm.host.threads import QUANTILES
-    work = np.array([0.5, 1.5])  # in mean requests
-    # 1 thread at 1,000/s: request 0 takes 0.5 ms alone, request 1 1.5 ms; measured 1x and 2x that
-    one = np.array([[0, 500_000], [1, 1_500_000], [0, 1_000_000], [1, 3_000_000]])
-    # 3 threads at 1,500/s: 2 ms per mean request; every request as the mean
-    three = np.array([[0, 1_000_000], [1, 3_000_000]])
     curve = ThreadCurve(np.array([1, 3]), np.array([1_000.0, 1_500.0]), np.array([1e6, 1e6]),
-                        requests=(one, three), wake_late_ns=(np.array([10.0, 30.0]), np.array([50.0, 70.0])))
-    spread = curve.spread_of_k(3, work)
-    assert spread.shape == (4, QUANTILES)
-    np.testing.assert_allclose(spread[1], np.r_[np.full(QUANTILES // 2, 2 / 3), np.full(QUANTILES // 2, 4 / 3)])
-    np.testing.assert_allclose(spread[3], 1.0)
-    np.testing.assert_allclose(spread[2], (spread[1] + spread[3]) / 2)
-    np.testing.assert_allclose(spread[0], 1.0)
+                        wake_late_ns=(np.array([10.0, 30.0]), np.array([50.0, 70.0])))
     late = curve.wake_late_of_k(3)
+    assert late.shape == (4, QUANTILES)
     np.testing.assert_allclose(late[0], 0.0)
-    np.testing.assert_allclose(late[1], np.r_[np.full(QUANTILES // 2, 10.0), np.full(QUANTILES // 2, 30.0)], atol=1e-9)
-    np.testing.assert_allclose(late[2], late[1] + 40.0 / 2, atol=1e-9)
+    np.testing.assert_allclose(late[1], np.r_[np.full(QUANTILES // 2, 10.0), np.full(QUANTILES // 2, 30.0)])
+    np.testing.assert_allclose(late[2], late[1] + 40.0 / 2)
     assert curve.to_json()[1]["wake_late_us"]["p50"] == pytest.approx(0.06)
     bare = ThreadCurve(np.array([1, 3]), np.array([1_000.0, 1_500.0]), np.array([1e6, 1e6]))
-    np.testing.assert_allclose(bare.spread_of_k(3, work), 1.0)
     np.testing.assert_allclose(bare.wake_late_of_k(3), 0.0)
     assert "wake_late_us" not in bare.to_json()[0]
 
@@ -191,16 +170,10 @@ class _SleepyStore:
 def test_closed_loop_counts_a_window_and_waits_for_slow_requests():
     """Two threads, 50 ms requests, a 10 ms window: the window stays open until four requests
     completed in it, so the rate is two threads' 40/s, not a count of zero."""
-    works = [Work({}, None, 1), Work({}, None, 1)]
-    qps, cpu, requests, wake = closed_loop(_SleepyStore(0.05), None, works, 2, 0.01, settle_s=0.0)
+    works = [Work({}, None, 1)]
+    qps, cpu, wake = closed_loop(_SleepyStore(0.05), None, works, 2, 0.01, settle_s=0.0)
     assert 25 < qps < 45 and 0 <= cpu < 5e6
-    # each request's own latency, its index among the works; the probe thread woke in between
-    assert requests.shape[0] >= 4 and set(requests[:, 0]) <= {0, 1}
-    assert (requests[:, 1] >= 50e6).all() and (requests[:, 1] < 150e6).all()
-    assert wake.size >= 10 and (wake >= 0).all()
-    # pausing up to 100 ms before each request: a 50 ms request every 100 ms on average
-    paused = closed_loop(_SleepyStore(0.05), None, works, 2, 0.5, settle_s=0.0, think_ns=100_000_000)
-    assert 12 < paused.qps < 28 and (paused.requests[:, 1] < 150e6).all()
+    assert wake.size >= 10 and (wake >= 0).all()  # the probe thread woke in between, 0.5-3 ms apart
     with pytest.raises(OSError, match="device gone"):
         closed_loop(_SleepyStore(0.0, fail=True), None, works, 2, 0.01)
     with pytest.raises(InvalidArgumentError, match="threads"):
@@ -227,23 +200,20 @@ def test_the_host_simulation_over_a_thread_curve():
     assert 0 < low.utilization["cores"] < low.utilization["gil"] < 0.1
 
 
-def test_a_measured_spread_and_late_threads_weigh_on_the_tail_not_the_rate():
-    """The same curve with each count's closed-loop spread and wake-up lateness: the mean rate
-    X(k) is the same, so the saturation and the rates far below it are too; the tail under
-    load is heavier. Without the samples the simulation is the plain processor sharing."""
+def test_late_threads_weigh_on_the_tail_not_the_rate():
+    """The same curve with each count's measured wake-up lateness: the mean rate X(k) is the
+    same, so the saturation is, and so are requests far apart (each finds the process idle).
+    Where arrivals find others in service, a third of them late by 1 ms, the tail is heavier;
+    the median is not. Without the samples the simulation is the plain server."""
     p = _threaded([500.0, 800.0, 400.0])
     bare = HostSimulation(p, arrivals=20_000, workers=3, threads=True, seed=5)
-    k = p.threads.threads
-    rng = np.random.default_rng(0)
-    nominal = np.array([0.5, 1.5]) * 1e9 / p.threads.qps[:, None] * k[:, None]  # work x k / X(k), ns
-    reqs = tuple(np.stack([np.tile([0, 1], 200), (np.tile(nominal[i], 200) * rng.choice([0.5, 1.0, 1.5], 400)
-                                                   ).astype(np.int64)], axis=1) for i in range(3))
-    wake = tuple(rng.choice([0.0, 0.0, 400e3], 300) for _ in range(3))
-    p.threads = ThreadCurve(k, p.threads.qps, p.threads.cpu_ns, requests=reqs, wake_late_ns=wake)
+    wake = tuple(np.random.default_rng(0).choice([0.0, 0.0, 1e6], 300) for _ in range(3))
+    p.threads = ThreadCurve(p.threads.threads, p.threads.qps, p.threads.cpu_ns, wake_late_ns=wake)
     sim = HostSimulation(p, arrivals=20_000, workers=3, threads=True, seed=5)
     assert sim.saturation_qps() == bare.saturation_qps()
-    assert sim.point(1.0).latency_us["p50"] == pytest.approx(bare.point(1.0).latency_us["p50"], rel=0.2)
-    assert sim.point(300.0).latency_us["p99"] > 1.1 * bare.point(300.0).latency_us["p99"]
+    np.testing.assert_allclose(sim.run(0.01), bare.run(0.01))
+    low, low_bare = sim.point(50.0).latency_us, bare.point(50.0).latency_us
+    assert low["p50"] == low_bare["p50"] and low["p99"] > 1.1 * low_bare["p99"]
 
 
 def test_a_cold_core_stretches_the_profiled_cpu_not_the_process_cpu():
@@ -288,27 +258,23 @@ def test_each_count_is_measured_up_then_down_and_averaged(tmp_path, monkeypatch)
 
     calls = []
     scripted = iter([(100.0, 1e6), (200.0, 2e6), (300.0, 3e6),   # up: 1, 2, 3 threads
-                     (100.0, 4e6), (600.0, 2e6), (300.0, 1e6),   # down: 3, 2, 1 threads
-                     (50.0, 9e6), (50.0, 9e6), (50.0, 9e6)])     # with pauses: 1, 2, 3 threads
+                     (100.0, 4e6), (600.0, 2e6), (300.0, 1e6)])  # down: 3, 2, 1 threads
 
-    def fake_closed_loop(store, net, works, k, seconds, think_ns=0):
-        calls.append((k, think_ns))
+    def fake_closed_loop(store, net, works, k, seconds):
+        calls.append(k)
         qps, cpu = next(scripted)
-        return ClosedLoop(qps, cpu, np.array([[0, 1_000 * len(calls)]]), np.full(2, float(len(calls))))
+        return ClosedLoop(qps, cpu, np.full(2, float(len(calls))))
 
     monkeypatch.setattr(threads_module, "closed_loop", fake_closed_loop)
     monkeypatch.setattr(threads_module, "WARM_REQUESTS", 1)
     tr = load(TINY)
     path = build_store(str(tmp_path / "s"), tr.table_sizes, dim=8, progress=False)
     curve = threads_module.measure_threads(path, "dram", tr, None, 3)
-    # the rate and CPU from runs back to back; the spread from runs pausing up to 1/X(1) = 5 ms
-    assert calls == [(1, 0), (2, 0), (3, 0), (3, 0), (2, 0), (1, 0), (1, 5_000_000), (2, 5_000_000), (3, 5_000_000)]
+    assert calls == [1, 2, 3, 3, 2, 1]
     np.testing.assert_allclose(curve.qps, [200.0, 400.0, 200.0])
     np.testing.assert_allclose(curve.cpu_ns, [(100 * 1e6 + 300 * 1e6) / 400, (200 * 2e6 + 600 * 2e6) / 800,
                                               (300 * 3e6 + 100 * 4e6) / 400])
-    # the paused runs' requests; every run's wake-ups, a count's together
-    assert [r[:, 1].tolist() for r in curve.requests] == [[7_000], [8_000], [9_000]]
-    assert [w.tolist() for w in curve.wake_late_ns] == [[1, 1, 6, 6, 7, 7], [2, 2, 5, 5, 8, 8], [3, 3, 4, 4, 9, 9]]
+    assert [w.tolist() for w in curve.wake_late_ns] == [[1, 1, 6, 6], [2, 2, 5, 5], [3, 3, 4, 4]]  # both runs'
 
 
 @pytest.mark.parametrize("cpu_slots", [None, 0, 1])
@@ -320,16 +286,16 @@ def test_the_curve_is_measured_under_the_cpu_slots_asked(tmp_path, monkeypatch, 
 
     seen = []
 
-    def fake_closed_loop(store, net, works, k, seconds, think_ns=0):
+    def fake_closed_loop(store, net, works, k, seconds):
         seen.append(store.cpu_slots)
-        return ClosedLoop(100.0, 1e6, np.zeros((0, 2), np.int64), np.zeros(0))
+        return ClosedLoop(100.0, 1e6, np.zeros(0))
 
     monkeypatch.setattr(threads_module, "closed_loop", fake_closed_loop)
     tr = load(TINY)
     path = build_store(str(tmp_path / "s"), tr.table_sizes, dim=8, progress=False)
     curve = threads_module.measure_threads(path, "dram", tr, None, 2, cpu_slots=cpu_slots)
     want = default_cpu_slots() if cpu_slots is None else cpu_slots
-    assert seen == [want] * 6 and curve.cpu_slots == want
+    assert seen == [want] * 4 and curve.cpu_slots == want
 
 
 def test_sdm_host_thread_and_process_workers(capsys):

@@ -20,10 +20,9 @@ With ``threads``, the ``workers`` are threads of one process and the simulation 
 :class:`~sdm.host.threads.ThreadCurve` instead: the process as one server whose speed
 depends on the requests in it (GIL, cores and devices together, as measured), each request's
 work its profiled CPU over the mean, a request that finds the process idle slowed by the
-cold-core factors (on its CPU share: its profiled CPU over its time alone, 1 / X(1)), each
-request slower or faster by a draw from the curve's measured spread at the number in
-service, and started late by a draw from its measured wake-up lateness when others hold a
-worker at its arrival (both drawn once per simulation from their own seeded stream). The
+cold-core factors (on its CPU share: its profiled CPU over its time alone, 1 / X(1)), and
+later by a draw from the curve's measured wake-up lateness when others hold a worker at its
+arrival (drawn once per simulation from its own seeded stream). The
 platform's stalls and wake-ups are not drawn again (the closed-loop curve has them in its
 mean). Its utilization: ``cores`` from the curve's CPU per request, ``workers`` the threads
 in service, ``gil`` the rate served over the process's throughput with every thread in
@@ -191,25 +190,20 @@ class HostSimulation:
         # (about 80 ms a request against 2.4 ms profiled, the 4 MiB-cache case).
         self.cpu_share = min(1.0, mean * float(self.rate_of_k[1]))
         self.k_busy = np.zeros(self.workers + 1)
-        # How each request fares among others beyond the mean curve, as the closed loop
-        # measured it: its slowness with k in service and its thread's lateness to start,
-        # one quantile of each drawn per arrival, the same at every rate.
-        self.spread = curve.spread_of_k(self.workers, self.work)
+        # An arrival's thread waking among others waits for the GIL, as the closed loop
+        # measured it: one quantile drawn per arrival, the same at every rate.
         self.late = curve.wake_late_of_k(self.workers)
-        draws = np.random.default_rng([seed, 2])
-        self.spread_q = draws.integers(0, self.spread.shape[1], self.n)
-        self.late_q = draws.integers(0, self.late.shape[1], self.n)
+        self.late_q = np.random.default_rng([seed, 2]).integers(0, self.late.shape[1], self.n)
 
     def _thread_args(self) -> tuple:
         p = self.profile
         return (self.work, self.rate_of_k, np.int64(self.workers), p.cold_gap_ns, p.cold_factor, self.cpu_share,
-                self.spread)
+                self.late)
 
     def _load_kernel(self) -> None:
         """Compile (or load) the kernel on one toy arrival, so no timed run pays for it."""
         if self.threads:
-            simulate_threads(np.zeros(1), *self._thread_args(), self.spread_q[:1], self.late, self.late_q[:1],
-                             np.empty(1), self.k_busy.copy())
+            simulate_threads(np.zeros(1), *self._thread_args(), self.late_q[:1], np.empty(1), self.k_busy.copy())
             return
         simulate_host(np.zeros(1), *self._args, np.int64(1), np.int64(0), np.zeros((1, 3)), np.zeros((1, 2)),
                       *self._machine, np.empty(1), self.reads.copy(), self.busy.copy())
@@ -222,8 +216,7 @@ class HostSimulation:
         self.runs += 1
         self.span_ns = max(float(arrivals[-1]), 1.0)
         if self.threads:
-            self.last_ns = simulate_threads(arrivals, *self._thread_args(), self.spread_q, self.late, self.late_q,
-                                            self.latency_ns, self.k_busy)
+            self.last_ns = simulate_threads(arrivals, *self._thread_args(), self.late_q, self.latency_ns, self.k_busy)
             return self.latency_ns
         self.last_ns = simulate_host(arrivals, *self._args, np.int64(self.cores),
                                      np.int64(self.workers), self.stall_ns, self.wake_ns, *self._machine,

@@ -16,10 +16,9 @@ the store bounded its CPU slots): 714 requests/s with one thread, 850 with two, 
 per request. A single 1 s count moved by up to 30% between profiles (dram's X(3): 1,647
 and 2,044/s), so each count is now measured twice, the counts up and then down.
 
-Beyond the means, the curve keeps what the tail needs: each count's request latencies at
-random phases (the threads pausing between requests, so they do not fall into step as they
-do back to back) and a waking thread's lateness while the count serves, both as measured
-(:meth:`ThreadCurve.spread_of_k`, :meth:`ThreadCurve.wake_late_of_k`).
+Beyond the means, the curve keeps how late a thread waking in the process runs while each
+count serves (:meth:`ThreadCurve.wake_late_of_k`): a request that arrives while others are
+served waits so for its worker, which a closed loop never does.
 
 The curve is this machine's: a host other than ``this-machine`` has no thread workers.
 """
@@ -42,8 +41,8 @@ __all__ = ["ThreadCurve", "thread_counts", "measure_threads", "MEASURE_S", "QUAN
 MEASURE_S = 1.0
 
 
-#: Quantiles kept of each count's latency spread and wake-up lateness, at probabilities
-#: ``(i + 0.5) / QUANTILES``: the simulation draws one of them per request.
+#: Quantiles kept of each count's wake-up lateness, at probabilities ``(i + 0.5) /
+#: QUANTILES``: the simulation draws one of them per request.
 QUANTILES = 256
 
 
@@ -60,16 +59,13 @@ class ThreadCurve:
     to back; ``cpu_ns`` ``(K,)`` float64: its CPU time per request (every thread's);
     ``cpu_slots``: the store's bound on lookups running CPU work at once (0: none).
 
-    Per count, what :func:`~sdm.host.workers.closed_loop` saw beyond the means (empty when
-    not measured): ``requests``, ``(M, 2)`` int64 rows of (profiled request, latency ns) at
-    random phases; ``wake_late_ns``, ``(L,)`` float64, how late a thread waking in the
-    process ran."""
+    ``wake_late_ns``: per count, ``(L,)`` float64, how late a thread waking in the process
+    ran (:func:`~sdm.host.workers.closed_loop`; empty when not measured)."""
 
     threads: np.ndarray
     qps: np.ndarray
     cpu_ns: np.ndarray
     cpu_slots: int = 0
-    requests: tuple = ()
     wake_late_ns: tuple = ()
 
     @property
@@ -92,53 +88,27 @@ class ThreadCurve:
         """``(workers + 1,)`` float64 process CPU ns per request with ``k`` in service."""
         return self._of_k(self.cpu_ns, workers)
 
-    def _table(self, per_count: list, workers: int) -> np.ndarray:
-        """``(workers + 1, QUANTILES)``: row ``k`` each quantile linear in ``k`` between the
-        counts measured (a count without samples left out); row 0 zeros."""
-        have = [i for i, q in enumerate(per_count) if q is not None]
+    def wake_late_of_k(self, workers: int) -> np.ndarray:
+        """``(workers + 1, QUANTILES)`` float64 ns: with ``k`` others serving, the quantiles
+        of how late a waking thread runs, each linear in ``k`` between the counts measured (a
+        count without samples left out); row 0 (an idle process), and every row when no
+        count has samples: 0."""
+        have = [i for i, w in enumerate(self.wake_late_ns) if w.size]
         out = np.zeros((workers + 1, QUANTILES))
         if have:
             counts = self.threads[have].astype(np.float64)
-            rows = np.array([per_count[i] for i in have])
+            rows = np.array([_quantiles(self.wake_late_ns[i]) for i in have])
             for j in range(QUANTILES):
                 out[1:, j] = np.interp(np.arange(1, workers + 1), counts, rows[:, j])
         return out
-
-    def spread_of_k(self, workers: int, work: np.ndarray) -> np.ndarray:
-        """``(workers + 1, QUANTILES)`` float64: with ``k`` in service, the quantiles of a
-        request's measured latency over the simulation's for it, ``work[r] x k / X(k)``
-        (``work``: each profiled request's work in mean requests), scaled to mean 1, so the
-        rate X(k) holds. Between counts measured, linear in ``k``; row 0, and every row when
-        no count has samples: ones (every request as the mean)."""
-        per_count = []
-        for i, k in enumerate(self.threads):
-            rows = self.requests[i] if i < len(self.requests) else np.zeros((0, 2), np.int64)
-            rows = rows[rows[:, 0] < work.shape[0]]
-            u = np.zeros(0)
-            if rows.shape[0] and self.qps[i] > 0:
-                u = rows[:, 1] / (work[rows[:, 0]] * k / (self.qps[i] / 1e9))
-            per_count.append(_quantiles(u / u.mean()) if u.size and u.mean() > 0 else None)
-        out = self._table(per_count, workers)
-        out[0] = 1.0
-        if all(q is None for q in per_count):
-            out[:] = 1.0
-        return out
-
-    def wake_late_of_k(self, workers: int) -> np.ndarray:
-        """``(workers + 1, QUANTILES)`` float64 ns: with ``k`` in service, the quantiles of
-        how late a waking thread runs. Between counts measured, linear in ``k``; row 0 (an
-        idle process), and every row when no count has samples: 0."""
-        late = [_quantiles(w) if w.size else None for w in self.wake_late_ns]
-        return self._table(late + [None] * (len(self.threads) - len(late)), workers)
 
     def to_json(self) -> list:
         out = []
         for i, (k, q, c) in enumerate(zip(self.threads, self.qps, self.cpu_ns)):
             row = {"threads": int(k), "qps": float(q), "cpu_us_per_request": float(c) / 1e3}
-            for key, values in (("latency_us", self.requests[i][:, 1] if i < len(self.requests) else ()),
-                                ("wake_late_us", self.wake_late_ns[i] if i < len(self.wake_late_ns) else ())):
-                if len(values):
-                    row[key] = {f"p{p}": float(np.percentile(values, p)) / 1e3 for p in (50, 95, 99)}
+            late = self.wake_late_ns[i] if i < len(self.wake_late_ns) else np.zeros(0)
+            if late.size:
+                row["wake_late_us"] = {f"p{p}": float(np.percentile(late, p)) / 1e3 for p in (50, 95, 99)}
             out.append(row)
         return out
 
@@ -163,12 +133,7 @@ def measure_threads(store_path, config, trace, request_size, workers: int, *, mo
     (the counts up, then down, so a drift of the machine weighs on every count alike), in
     one process whose store was warmed as a load test's is, its heap frozen, BLAS on the
     threads' share of the cores, the store opened with ``cpu_slots`` (None: the cores, 0: no
-    bound). A count's rate and CPU are its two runs' means.
-
-    Then each count once more with a random pause before each request, up to one request's
-    time alone (:func:`~sdm.host.workers.closed_loop`'s ``think_ns``), for the spread of the
-    requests' latencies: back to back, the threads fall into step and barely meet, which
-    open-loop arrivals do not. The wake-up lateness is every run's."""
+    bound). A count's rate and CPU are its two runs' means, its wake-up lateness both runs'."""
     counts = thread_counts(workers)
     with Store.open(os.fspath(store_path), config=config, cpu_slots=cpu_slots) as st:
         slots = st.cpu_slots
@@ -180,9 +145,6 @@ def measure_threads(store_path, config, trace, request_size, workers: int, *, mo
                 with frozen_heap():
                     up = [closed_loop(st, net, works, k, seconds) for k in counts]
                     down = [closed_loop(st, net, works, k, seconds) for k in reversed(counts)][::-1]
-                    # the spread at random phases: pauses up to one request's time alone
-                    alone_ns = int(2e9 / max(up[0].qps + down[0].qps, 1e-9))
-                    phased = [closed_loop(st, net, works, k, seconds, think_ns=alone_ns) for k in counts]
         finally:
             if net is not None:
                 net.close()
@@ -191,6 +153,5 @@ def measure_threads(store_path, config, trace, request_size, workers: int, *, mo
     qps = np.array([(a.qps + b.qps) / 2 for a, b in zip(up, down)])
     cpu = np.array([(a.qps * a.cpu_ns + b.qps * b.cpu_ns) / (a.qps + b.qps) if a.qps + b.qps > 0
                     else (a.cpu_ns + b.cpu_ns) / 2 for a, b in zip(up, down)])
-    return ThreadCurve(np.asarray(counts, dtype=np.int64), qps, cpu, slots, tuple(c.requests for c in phased),
-                       tuple(np.concatenate((a.wake_late_ns, b.wake_late_ns, c.wake_late_ns))
-                             for a, b, c in zip(up, down, phased)))
+    return ThreadCurve(np.asarray(counts, dtype=np.int64), qps, cpu, slots,
+                       tuple(np.concatenate((a.wake_late_ns, b.wake_late_ns)) for a, b in zip(up, down)))

@@ -5,8 +5,8 @@ A request is a :class:`Work` (its bags per table, dense features for a model), s
 serving process warms up, freezes its heap (:func:`frozen_heap`), sets BLAS to its share of
 the cores (:func:`blas_share`) and, with thread workers, a short switch interval
 (:func:`thread_switching`). :func:`closed_loop` is the throughput of ``k`` threads serving so
-back to back, with their latencies and a waking thread's lateness, which the host model's
-thread workers rest on (:mod:`sdm.host.threads`).
+back to back, with how late a thread waking among them runs, which the host model's thread
+workers rest on (:mod:`sdm.host.threads`).
 ``sdm load`` (:mod:`sdm.load.run`) serves open-loop traffic with the same pieces.
 """
 
@@ -134,14 +134,12 @@ class ClosedLoop(NamedTuple):
     """What :func:`closed_loop` measured over its window.
 
     ``qps``: requests completed per second; ``cpu_ns``: the process's CPU time per request;
-    ``requests``: ``(M, 2)`` int64, each completed request's index in ``works`` and its
-    latency (ns, from its start on its thread); ``wake_late_ns``: ``(L,)`` float64, how late
-    a waiting thread ran again after each of its waits came due while the workers served
-    (a request arriving at a busy process waits so for its worker)."""
+    ``wake_late_ns``: ``(L,)`` float64, how late a waiting thread ran again after each of its
+    waits came due while the workers served (a request arriving at a busy process waits so
+    for its worker)."""
 
     qps: float
     cpu_ns: float
-    requests: np.ndarray
     wake_late_ns: np.ndarray
 
 
@@ -151,19 +149,14 @@ _PROBE_WAIT_NS = (500_000, 3_000_000)
 
 
 def closed_loop(store, net, works: list, threads: int, seconds: float, *, settle_s: float = 0.2,
-                seed: int = 0, think_ns: int = 0) -> ClosedLoop:
+                seed: int = 0) -> ClosedLoop:
     """``threads`` worker threads serving ``works`` back to back, in order and cycled, over
     ``store`` (with ``net``, its forward), as ``sdm load``'s thread workers serve them (the
     same switch interval; the caller freezes the heap and sets BLAS's threads as a load test
     does). Counted over a window that opens ``settle_s`` after the threads start and lasts
     ``seconds``, or longer until ``2 x threads`` requests have completed in it (slow
-    requests: a rate needs some): the requests completed in the window over its length, the
-    process's CPU time in it over them, and each one's latency.
-
-    With ``think_ns``, each thread first sleeps a uniform random time up to that before each
-    request. Back to back, threads whose requests alternate CPU work and device waits fall into
-    step (one computes while the other waits) and barely meet; open-loop arrivals meet at
-    random phases, which the pauses give them.
+    requests: a rate needs some): the requests completed in the window over its length, and
+    the process's CPU time in it over them.
 
     Beside the workers a probe thread waits, as an idle ``sdm load`` worker waits for its next
     arrival (:func:`~sdm.tiers.clock.wait_until_ns`, waits seeded by ``seed``), and records how
@@ -174,20 +167,16 @@ def closed_loop(store, net, works: list, threads: int, seconds: float, *, settle
     threads = check_int(threads, "threads", lo=1, hi=256)
     seconds = check_number(seconds, "seconds", lo=0, lo_open=True)
     claim = itertools.count().__next__  # atomic under the GIL
-    done: list[list[tuple]] = [[] for _ in range(threads)]  # (work index, start, end) per thread
+    ends: list[list[int]] = [[] for _ in range(threads)]
     late: list[tuple] = []  # (deadline, ns late) of the probe's waits
     errors: list[BaseException] = []
     stop = threading.Event()
 
-    def worker(mine: list, rng) -> None:
+    def worker(mine: list) -> None:
         try:
             while not stop.is_set():
-                if think_ns > 0:
-                    time.sleep(rng.random() * think_ns / 1e9)
-                i = claim() % len(works)
-                t = time.perf_counter_ns()
-                serve(store, net, works[i])
-                mine.append((i, t, time.perf_counter_ns()))
+                serve(store, net, works[claim() % len(works)])
+                mine.append(time.perf_counter_ns())
         except BaseException as exc:  # reported after the run, never lost
             errors.append(exc)
             stop.set()
@@ -200,10 +189,9 @@ def closed_loop(store, net, works: list, threads: int, seconds: float, *, settle
             late.append((deadline, time.perf_counter_ns() - deadline))
 
     def completed(since: int) -> int:
-        return sum(1 for mine in done for r in list(mine) if r[2] >= since)
+        return sum(1 for mine in ends for t in list(mine) if t >= since)
 
-    rngs = np.random.default_rng([seed, 1]).spawn(threads)
-    pool = [threading.Thread(target=worker, args=(done[t], rngs[t]), daemon=True) for t in range(threads)]
+    pool = [threading.Thread(target=worker, args=(ends[t],), daemon=True) for t in range(threads)]
     pool.append(threading.Thread(target=probe, daemon=True))
     with thread_switching():
         start = time.perf_counter_ns()
@@ -222,9 +210,7 @@ def closed_loop(store, net, works: list, threads: int, seconds: float, *, settle
             t.join()
     if errors:
         raise errors[0]
-    kept = [(i, e - s) for mine in done for i, s, e in mine if w0 <= e < w1]
-    requests = np.array(kept, dtype=np.int64).reshape(-1, 2)
+    done = sum(1 for mine in ends for t in mine if w0 <= t < w1)
     wake = np.array([ns for d, ns in late if w0 <= d < w1], dtype=np.float64)
-    n = requests.shape[0]
-    return ClosedLoop(n / ((w1 - w0) / 1e9), cpu / max(n, 1), requests, wake)
+    return ClosedLoop(done / ((w1 - w0) / 1e9), cpu / max(done, 1), wake)
 
