@@ -16,6 +16,7 @@ import peers
 import sdm
 from sdm.errors import IdOutOfRangeError, InvalidArgumentError, InvalidOffsetsError
 from sdm.kernels import pooling
+from sdm.kernels.cpu import host_cpu
 from sdm.kernels.pooling import pool
 
 SENTINEL = np.float32(-12345.5)
@@ -380,16 +381,46 @@ def test_prefetch_variants_pool_the_same_bits(fmt, dim, weighted, mean, threads,
 
 
 def test_gather_variant_is_chosen_from_the_cpu():
-    from sdm.kernels.cpu import HostCpu, gather_variant, host_cpu, vector_isa
+    from sdm.kernels.cpu import HostCpu, gather_variant, vector_isa
     assert gather_variant(HostCpu("znver3", {"avx2", "fma"})) == {"prefetch_every_line": True, "vector_bits": None}
     assert gather_variant(HostCpu("icelake-server", {"avx2", "avx512f"})) == {"prefetch_every_line": True,
                                                                               "vector_bits": 512}
     assert gather_variant(HostCpu("icelake-server", {"avx2"}))["vector_bits"] is None  # AVX-512 off
-    assert gather_variant(HostCpu("sapphirerapids", {"avx512f"})) == {"prefetch_every_line": False,
-                                                                      "vector_bits": None}
+    assert gather_variant(HostCpu("emeraldrapids", {"avx512f"})) == {"prefetch_every_line": False,
+                                                                     "vector_bits": 512}
+    assert gather_variant(HostCpu("cascadelake", {"avx512f"}))["vector_bits"] is None  # its clock drop
+    assert gather_variant(HostCpu("znver4", {"avx512f"}))["vector_bits"] is None  # LLVM picks 512 itself
     assert pooling.PREFETCH_EVERY_LINE == gather_variant(host_cpu())["prefetch_every_line"]
     assert vector_isa(HostCpu("znver3", {"avx", "avx2", "fma"})).startswith("AVX2 + FMA (256-bit)")
     assert vector_isa(HostCpu("x", {"avx512f", "avx512bw"})).startswith("AVX-512 (512-bit) bw")
+
+
+_ASM_OF_THE_FP32_CORE = """
+import re, numpy as np, sdm
+from sdm.kernels import bag
+from sdm.kernels.cpu import gather_variant, host_cpu
+t = np.ones((100, 64), np.float32)
+sdm.embedding_bag(t, np.arange(40) % 100, np.arange(0, 41, 20), fmt="fp32", dim=64)
+asm = "".join(bag._fp32_range.inspect_asm().values())
+print(host_cpu().name, gather_variant(host_cpu())["vector_bits"],
+      len(re.findall(r"%zmm[0-9]", asm)), len(re.findall(r"%ymm[0-9]", asm)))
+"""
+
+
+@pytest.mark.skipif("avx512f" not in host_cpu().features, reason="runs AVX-512 code compiled for an Intel server CPU")
+def test_intel_server_cpus_get_512_bit_gather_code(tmp_path):
+    """LLVM tunes Intel's AVX-512 server chips to 256-bit vectors. Compiled for Emerald Rapids
+    (``NUMBA_CPU_NAME``, which the variant reads as Numba does), the fp32 core asks for 512 and
+    its asm sums in zmm registers; on Zen 4 this is the code LLVM picks by itself."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, NUMBA_CPU_NAME="emeraldrapids", NUMBA_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", _ASM_OF_THE_FP32_CORE], env=env, capture_output=True,
+                         text=True, timeout=600, check=True).stdout.split()
+    name, bits, zmm, ymm = out[0], out[1], int(out[2]), int(out[3])
+    assert (name, bits) == ("emeraldrapids", "512")
+    assert zmm > 100 and zmm > ymm, (zmm, ymm)
 
 
 @pytest.mark.parametrize("fmt", ["fp32", "int8"])

@@ -33,13 +33,17 @@ class HostCpu(tuple):
 
 @functools.lru_cache(maxsize=1)
 def host_cpu() -> HostCpu:
-    """This host's :class:`HostCpu` as Numba compiles for it (read once per process)."""
+    """The :class:`HostCpu` Numba compiles for (read once per process): this host's, or the one
+    ``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES`` name, as Numba's own code generator reads them
+    (a portable cache built with ``NUMBA_CPU_NAME=generic`` gets the generic variant)."""
     import llvmlite.binding as ll
+    from numba.core import config
 
-    feats = ll.get_host_cpu_features()
+    name = config.CPU_NAME or ll.get_host_cpu_name()
+    feats = config.CPU_FEATURES if config.CPU_FEATURES is not None else ll.get_host_cpu_features()
     on = frozenset(k for k, v in feats.items() if v) if hasattr(feats, "items") else frozenset(
         f[1:] for f in str(feats).split(",") if f.startswith("+"))
-    return HostCpu(ll.get_host_cpu_name(), on)
+    return HostCpu(name, on)
 
 
 def vector_isa(cpu: HostCpu | None = None) -> str:
@@ -67,12 +71,17 @@ def vector_isa(cpu: HostCpu | None = None) -> str:
 # faster than the first and last; other CPUs are unmeasured and keep the first and last line.
 _PREFETCH_EVERY_LINE_CPUS = frozenset({"znver3", "icelake-server"})
 
-# LLVM CPU names whose gather is measurably faster with 512-bit vectors. LLVM tunes its Intel
-# AVX-512 server chips to prefer 256-bit ones (its "prefer-256-bit", for Skylake-SP's clock
-# drop on heavy 512-bit code), so the column loop of a 64-wide fp32 tile runs on 8 ymm
-# accumulators, not 4 zmm; on Ice Lake server 512-bit lanes took fp32 from 1.06x to 0.99x
-# torch's time (uniform ids) and int8 from 0.85x to 0.72x. Other AVX-512 CPUs are unmeasured.
-_VECTOR_BITS_512_CPUS = frozenset({"icelake-server"})
+# LLVM CPU names whose gather gets 512-bit vectors. LLVM tunes every Intel AVX-512 server chip
+# to prefer 256-bit ones (its "prefer-256-bit", for Skylake-SP's clock drop on heavy 512-bit
+# code), so the column loop of a 64-wide fp32 tile runs on 8 ymm accumulators, not 4 zmm.
+# Measured on Ice Lake server: 512-bit lanes took fp32 from 1.06x to 0.99x torch's time
+# (uniform ids) and int8 from 0.85x to 0.72x. Sapphire, Emerald and Granite Rapids compile to
+# the same 256-bit code (asm of the fp32 core with NUMBA_CPU_NAME set to each: 0 zmm, 569 ymm,
+# as Ice Lake had) and downclock little on 512-bit code, so they get the width too; their speed
+# with it is unmeasured. Skylake-SP, Cascade Lake and Cooper Lake, whose 512-bit clock drop is
+# the reason for LLVM's tuning, keep it. AMD's Zen 4 and 5 already get 512-bit code.
+_VECTOR_BITS_512_CPUS = frozenset({"icelake-server", "sapphirerapids", "emeraldrapids",
+                                   "graniterapids", "graniterapids-d"})
 
 
 def gather_variant(cpu: HostCpu) -> dict:
