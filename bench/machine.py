@@ -30,7 +30,11 @@ def cpu_line() -> str:
 
 
 def isa_line() -> str:
-    """``vector ISA: <widest ISA>, LLVM cpu <name>``: what Numba compiles sdm's kernels for."""
-    from sdm.kernels.cpu import vector_isa
+    """``vector ISA: <widest ISA>, LLVM cpu <name>; gather variant: <lanes>, <prefetch>``: what
+    Numba compiles sdm's kernels for, and the tuned gather variant chosen for that CPU."""
+    from sdm.kernels.cpu import gather_variant, host_cpu, vector_isa
 
-    return f"vector ISA: {vector_isa()}"
+    v = gather_variant(host_cpu())
+    lanes = f"{v['vector_bits']}-bit lanes" if v["vector_bits"] else "LLVM's lanes"
+    lines = "every line of a row" if v["prefetch_every_line"] else "first and last line"
+    return f"vector ISA: {vector_isa()}; gather variant: {lanes}, prefetch {lines}"
