@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -412,9 +415,6 @@ def test_intel_server_cpus_get_512_bit_gather_code(tmp_path):
     """LLVM tunes Intel's AVX-512 server chips to 256-bit vectors. Compiled for Emerald Rapids
     (``NUMBA_CPU_NAME``, which the variant reads as Numba does), the fp32 core asks for 512 and
     its asm sums in zmm registers; on Zen 4 this is the code LLVM picks by itself."""
-    import os
-    import subprocess
-    import sys
     env = dict(os.environ, NUMBA_CPU_NAME="emeraldrapids", NUMBA_CACHE_DIR=str(tmp_path))
     out = subprocess.run([sys.executable, "-c", _ASM_OF_THE_FP32_CORE], env=env, capture_output=True,
                          text=True, timeout=600, check=True).stdout.split()

@@ -22,8 +22,8 @@ depends on the requests in it (GIL, cores and devices together, as measured), ea
 work its profiled CPU over the mean, a request that finds the process idle slowed by the
 cold-core factors (on its CPU share: its profiled CPU over its time alone, 1 / X(1)), and
 later by a draw from the curve's measured wake-up lateness when others hold a worker at its
-arrival (drawn once per simulation from its own seeded stream). The
-platform's stalls and wake-ups are not drawn again (the closed-loop curve has them in its
+arrival (one draw per arrival, made once from its own seeded stream, the same at every
+rate). The platform's stalls and wake-ups are not drawn again (the closed-loop curve has them in its
 mean). Its utilization: ``cores`` from the curve's CPU per request, ``workers`` the threads
 in service, ``gil`` the rate served over the process's throughput with every thread in
 service (the bottleneck ``gil`` when that is the busiest: the threads, not the cores, limit
