@@ -124,12 +124,12 @@ def check_stale(tmp: str) -> bool:
           f"kernel {after:.5f} (expected {before + 1:.5f}): {'OK, edit picked up' if ok else 'STALE'}")
     path = os.path.join(root, "sdm", "kernels", "hashmap.py")
     src = open(path).read()
-    marker = "* GOLDEN) >> np.uint64(32))"  # home_slot's Fibonacci hash
+    marker = "(np.uint64(key) * GOLDEN)"  # home_slot's Fibonacci hash
     if marker not in src:
         print("stale check: marker not found in hashmap.py; skipped")
         return False
     with open(path, "w") as f:
-        f.write(src.replace(marker, "* GOLDEN) >> np.uint64(31))"))  # another valid hash
+        f.write(src.replace(marker, "(np.uint64(key + 1) * GOLDEN)"))  # another valid hash
     warm = run_child(cache, root)  # the bag edit is cached by now; only the hash map changed
     rebuilt = run_child(cache, root)
     ok_map = (again["policy_cache"]["misses"] == 0 and warm["policy_cache"]["misses"] > 0

@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sdm.kernels.hashmap import (EMPTY, hm_delete, hm_entry, hm_find, hm_insert, hm_put,
-                                 hm_value, make_hashmap_state, table_size_for)
+from sdm.kernels.hashmap import (EMPTY, hm_delete, hm_entry, hm_find, hm_insert, hm_insert_many, hm_put,
+                                 hm_value, home_slot, make_hashmap_state, table_size_for)
 
 keys = st.one_of(st.integers(0, 40), st.integers(0, 2**63 - 2),
                  st.integers(0, 40).map(lambda k: k << 32))
@@ -70,3 +70,27 @@ def test_load_factor_and_churn():
     for k, v in live.items():
         assert hm_find(table, k) == v
     assert hm_find(table, 1) == -1
+
+
+def test_structured_keys_spread_like_random_ones():
+    """Cache keys ``table << 48 | row`` whose rows are an affine map of Zipf ranks, as the
+    trace generator makes them, must not cluster: bits 32.. of key * golden under the mask did
+    (mean displacement 0.69 at load 0.19, against 0.15 for the top bits), which made every
+    live probe of the DRAM cache's directory longer."""
+    rng = np.random.default_rng(0)
+    n, keys = 100_000, []
+    for t in range(8):
+        a = int(rng.integers(n // 3, n // 2)) | 1
+        while np.gcd(a, n) != 1:
+            a += 2
+        ranks = np.unique((rng.zipf(1.05, 40_000) - 1) % n)[:10_000]
+        keys.append((np.int64(t) << 48) | ((a * ranks + int(rng.integers(0, n))) % n))
+    keys = np.unique(np.concatenate(keys))
+    table = make_hashmap_state(keys.shape[0], 4)
+    hm_insert_many(table, keys, np.arange(keys.shape[0], dtype=np.int64))
+    mask = table.shape[0] // 2 - 1
+    at = np.flatnonzero(table[0::2] >= 0)
+    home = np.array([home_slot(k, mask) for k in table[0::2][at].tolist()])
+    displaced = (at - home) & mask
+    load = keys.shape[0] / (mask + 1)
+    assert displaced.mean() < 0.3, (displaced.mean(), load)  # random homes: about 0.1 here

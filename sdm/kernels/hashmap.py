@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from numba.cpython.unsafe.numbers import leading_zeros
+
 from sdm.kernels.jit import jit
 from sdm.kernels.memory import huge_full
 
@@ -67,12 +69,15 @@ def mix64(key):
 
 @jit
 def home_slot(key, mask):
-    """The entry a key hashes to in a table of ``mask + 1`` entries (a power of two).
+    """The entry a key hashes to in a table of ``mask + 1`` entries (a power of two, >= 2).
 
-    Fibonacci hashing: bits 32.. of key * golden are well mixed even for sequential ids, and
-    a shift by a constant keeps the hot path free of per-call size arithmetic (tables stay
-    below 2**32 entries)."""
-    return np.int64(((np.uint64(key) * GOLDEN) >> np.uint64(32)) & np.uint64(mask))
+    Fibonacci hashing: the top log2(size) bits of key * golden, the well-mixed ones; the shift
+    is the mask's leading zeros (one instruction, hoisted out of a kernel's loop). Bits 32..
+    under the mask, as before, clustered the DRAM cache's directory on an RM2-shaped batch
+    stream (ids an affine map of Zipf ranks, 406K keys at load 0.19): 44% of keys sat past
+    their home entry, against 12% with the top bits and 10% for random homes
+    (bench/RESULTS.md)."""
+    return np.int64((np.uint64(key) * GOLDEN) >> np.uint64(leading_zeros(np.uint64(mask))))
 
 
 @jit
