@@ -276,6 +276,7 @@ def section_all_hit(path, batches, arrays, reps, policy="lru") -> list[str]:
 
 _PHASES = (("checks", "request checks (Store._check_requests)"), ("dedup", "dedup (unique_ranked)"),
            ("probe", "policy probe (probe_batch_for, under the lock)"),
+           ("hits alone", "a batch of hits alone in one pass (hit_batch_for, under the lock)"),
            ("read below", "read of the misses from the tier below, device model included"),
            ("fill", "misses copied into their slots (fill_rows)"),
            ("slot pointers", "per-lookup slot pointers (compose)"), ("pool", "pooling from the slots"),
@@ -317,9 +318,10 @@ def section_phases(path, batches, reps, policy, hit_rate) -> list[str]:
 
     patches = [(dram_cache, "unique_ranked", "dedup"), (dram_cache, "fill_rows", "fill"),
                (dram_cache, "compose", "slot pointers"), (dram_cache, "pool", "pool")]
-    kernel_for = dram_cache.probe_batch_for  # the probe is compiled per policy: time the kernel it gives
+    # the probe and the all-hit pass are compiled per policy: time the kernels they give
+    kernel_for, hits_for = dram_cache.probe_batch_for, dram_cache.hit_batch_for
     saved = [(mod, name, getattr(mod, name)) for mod, name, _ in patches]
-    saved.append((dram_cache, "probe_batch_for", kernel_for))
+    saved += [(dram_cache, "probe_batch_for", kernel_for), (dram_cache, "hit_batch_for", hits_for)]
     with sdm.Store.open(path, config=config) as store:
         cache = store._hierarchy._cache
         for b in batches:
@@ -329,6 +331,7 @@ def section_phases(path, batches, reps, policy, hit_rate) -> list[str]:
             for mod, name, phase in patches:
                 setattr(mod, name, timed(getattr(mod, name), phase))
             dram_cache.probe_batch_for = lambda code: timed(kernel_for(code), "probe")
+            dram_cache.hit_batch_for = lambda code: timed(hits_for(code), "hits alone")
             store._check_requests = timed(store._check_requests, "checks")
             cache.inner.lower.read_rows = timed(cache.inner.lower.read_rows, "read below")
             cache._charge = timed(cache._charge, "dram charge")

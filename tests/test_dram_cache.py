@@ -95,6 +95,67 @@ def _pooled_bags_and_hits_match(policy, capacity, admission, data):
     assert sum(len(r) for r in lower.requests) == stats["misses"]
 
 
+@settings(max_examples=40, deadline=None)
+@given(policy=st.sampled_from(LIVE_POLICIES), admission=st.sampled_from([None, "threshold", "tinylfu"]),
+       capacity=st.integers(20, 60), data=st.data())
+def test_a_batch_of_hits_alone_leaves_the_state_the_general_path_does(policy, admission, capacity, data):
+    """Where hits commute, a batch that only hits is served in one pass over its lookups
+    (``_serve_hits``); a twin cache held to the general path (dedup, then probe) must end in
+    the same state after every request, with the same outputs and counters. Only the use
+    stamps' positions and the epochs may differ."""
+    layouts, raw, _ = make_tables(SPECS[:2])
+    widest = max(s.row_bytes for s in SPECS[:2])
+    fast = DramCacheTier(ArrayTier(raw), capacity, widest, policy=policy, admission=admission)
+    general = DramCacheTier(ArrayTier(raw), capacity, widest, policy=policy, admission=admission)
+    general._hits_commute = False
+    served_alone = 0
+    for _ in range(data.draw(st.integers(1, 8))):
+        tables = data.draw(st.lists(st.integers(0, 1), min_size=1, max_size=2, unique=True))
+        # few distinct rows, many repeats: most requests after the first few only hit
+        ids = {t: np.array(data.draw(st.lists(st.integers(0, 11), min_size=1, max_size=30)), dtype=np.int64)
+               for t in tables}
+        served = []
+        for cache in (fast, general):
+            request = [Bags(layouts[t], ids[t], np.array([0, len(ids[t])], dtype=np.int64), None, False,
+                            np.empty((1, SPECS[t].dim), dtype=np.float32)) for t in tables]
+            with mock.patch.object(dram_cache, "unique_ranked", wraps=dram_cache.unique_ranked) as dedup:
+                hits = cache.pool_bags(request)
+            served.append((hits, [b.out for b in request]))
+            if cache is fast:
+                served_alone += not dedup.called
+        assert served[0][0] == served[1][0]
+        for a, b in zip(served[0][1], served[1][1]):
+            np.testing.assert_array_equal(a, b)
+        for i, (a, b) in enumerate(zip(fast.directory._state, general.directory._state)):
+            if i not in (19, 20):  # use stamps, epochs in flight
+                np.testing.assert_array_equal(a, b, err_msg=f"policy state array {i}")
+        np.testing.assert_array_equal(fast._state, general._state)
+        np.testing.assert_array_equal(fast._counters, general._counters)
+        assert fast.stats() == general.stats()
+        fast.check_invariants()
+    assert fast._hits_commute or served_alone == 0
+
+
+def test_a_batch_of_hits_alone_pins_the_slots_another_batch_in_flight_holds():
+    layouts, raw, floats = make_tables(SPECS[:1])
+    layout, width = layouts[0], SPECS[0].row_bytes
+    cache = DramCacheTier(ArrayTier(raw), 8, width, policy="sieve")
+    first = cache._serve([layout], np.arange(4, dtype=np.int64))  # in flight until _end
+    ids = np.array([3, 2, 3, 3, 2], dtype=np.int64)  # hits on two of its slots, repeated
+    out = np.empty((1, SPECS[0].dim), dtype=np.float32)
+    with mock.patch.object(dram_cache, "unique_ranked", side_effect=AssertionError("general path")), \
+            mock.patch.object(dram_cache, "pin_batch", wraps=dram_cache.pin_batch) as unpin:
+        hits = cache.pool_bags([Bags(layout, ids, np.array([0, 5], dtype=np.int64), None, False, out)])
+    assert hits == 2
+    (_, shared, delta), _ = unpin.call_args  # pinned once each, distinct, unpinned at its end
+    assert sorted(shared.tolist()) == sorted(first.ptr[[2, 3]].tolist()) and delta == -1
+    np.testing.assert_allclose(out[0], floats[0][ids].sum(axis=0), rtol=1e-6)
+    assert not cache.directory.pin_counts().any()  # its pins on the shared slots ended with it
+    assert cache._flying == {first.epoch}
+    cache._end(first)
+    cache.check_invariants()
+
+
 @pytest.mark.parametrize("policy", ["lru", "fifo", "s3fifo"])
 def test_read_rows_when_the_batch_overflows_the_cache(policy):
     layouts, raw, floats = make_tables(SPECS[:1])

@@ -1054,6 +1054,18 @@ def access_one(st, adm, key, nu, pol):
     return out
 
 
+@jit(_nrt=False, inline='always')
+def hit_one(st, s, pol):
+    """Serve a request whose key the caller found in slot ``s``, from inside another kernel:
+    :func:`access_one`'s hit, without the map probe. Not for a cache behind TinyLFU, which
+    counts every request in its sketch."""
+    meta = st[0]
+    t = meta[M_TIME]
+    meta[M_TIME] = t + 1
+    meta[M_HITS] += 1
+    _on_hit(st, pol, s, t, NEVER)
+
+
 @functools.lru_cache(maxsize=None)
 def serve_for(policy: int, admission: int, outputs: bool):
     """The simulator's per-request loop compiled for one policy, one admission kind (codes)

@@ -45,7 +45,8 @@ import functools
 from sdm.kernels.jit import jit
 from sdm.kernels.bag import prefetch_row
 from sdm.kernels.hashmap import _home, hm_find
-from sdm.kernels.policies import CLOCK, LRU, M_FLYING, NEVER, S3FIFO, SIEVE, access_one, flying
+from sdm.kernels.policies import (ADM_TINYLFU, CLOCK, FIFO, LRU, M_FLYING, NEVER, RANDOM, S3FIFO, SIEVE,
+                                  access_one, flying, hit_one)
 
 
 #: A cache key is ``table_id << TABLE_SHIFT | row id`` (row ids are < 2**48, TableSpec's limit),
@@ -69,6 +70,14 @@ N_COUNTERS = 5
 SLOT_PENDING, SLOT_READY, SLOT_FAILED = 0, 1, 2
 READY_BITS = 3
 PREFETCHED = 4
+# set only inside one call of the all-hit path (hit_batch_for): the slot was met earlier in it
+_SEEN = 8
+
+# Policies whose hit step gives the same state whatever order a batch's distinct hits come
+# in (a reference bit or count, or nothing), so the all-hit path may apply them in order of
+# first sight; LRU, LFU and ARC move or rank slots by order, so their batches are probed in
+# ascending key order (probe_batch_for), as the simulator replays them.
+_ORDER_FREE_HITS = (FIFO, CLOCK, SIEVE, S3FIFO, RANDOM)
 
 
 @functools.lru_cache(maxsize=None)
@@ -201,6 +210,87 @@ def probe_batch_for(policy: int):
         return n_waits, n_shared
 
     return probe_batch
+
+
+def hits_commute(policy: int, admission: int) -> bool:
+    """A batch that only hits leaves the same cache state whatever order its distinct keys are
+    served in, for ``policy`` behind ``admission`` (codes): :func:`hit_batch_for` serves it
+    (TinyLFU counts every request in a sketch that ages by request count, so order matters)."""
+    return int(policy) in _ORDER_FREE_HITS and int(admission) != ADM_TINYLFU
+
+
+@functools.lru_cache(maxsize=None)
+def hit_batch_for(policy: int):
+    """The all-hit batch path compiled for one policy where :func:`hits_commute`:
+    ``hit_batch(keys, st, state, stamp_base, ptr, seen, counters) -> (u, n_shared)``.
+
+    It looks every lookup's key up in the map, repeats included, where the general path
+    first dedups the batch (:func:`sdm.kernels.dedup.unique_ranked`), probes each distinct
+    key (:func:`probe_batch_for`) and then maps lookups to slots
+    (:func:`sdm.kernels.dedup.compose`): two hash passes and a third over the lookups become
+    one. Its state ends as the general path leaves it after the same batch, counters
+    included, since every key hits and the policy's hits commute; only the use stamps'
+    positions differ (first sight, not ascending rank), which no batch reads after its own
+    probe.
+    """
+    policy = int(policy)
+
+    @jit(_nrt=False)  # as probe_batch: no reference counts on the state tuple
+    def hit_batch(keys, st, state, stamp_base, ptr, seen, counters):
+        """Serve ``keys`` if every one is a hit on a ready slot.
+
+        Args:
+            keys: ``(n,)`` int64 cache keys of a batch's lookups, in lookup order, repeats included.
+            st, state, stamp_base, counters: as :func:`probe_batch_for`'s.
+            ptr: ``(n,)`` int64 out: the slot serving each lookup.
+            seen: ``(n,)`` int64 scratch; out: the slots another batch in flight had stamped,
+                pinned for this one instead, in its first ``n_shared`` entries.
+
+        Returns:
+            ``(u, n_shared)``: the batch's distinct keys, all hits, and the entries of
+            ``seen`` to unpin at its end; ``(-1, 0)`` with nothing changed when a key is not
+            in the cache or its slot is not ready (pending or failed): the general path
+            serves that batch.
+        """
+        meta = st[0]
+        index = st[2]
+        pins = st[11]
+        use = st[19]
+        n = keys.shape[0]
+        u = 0
+        for i in range(n):
+            if i + _AHEAD_ENTRY < n:
+                prefetch_row(index, 2 * _home(index, keys[i + _AHEAD_ENTRY]), 16)  # key, value
+            s = hm_find(index, keys[i])
+            v = state[s] if s >= 0 else SLOT_PENDING
+            if (v & READY_BITS) != SLOT_READY:
+                for k in range(u):  # undo the marks: the general path sees the state as it was
+                    state[seen[k]] &= ~_SEEN
+                return -1, 0
+            ptr[i] = s
+            seen[u] = s
+            u += (v & _SEEN) == 0  # no branch: a first sight is as likely as not
+            state[s] = v | _SEEN
+        nfly = meta[M_FLYING]
+        n_shared = 0
+        for k in range(u):  # the distinct slots in order of first sight
+            s = seen[k]
+            v = state[s] & ~_SEEN
+            if v & PREFETCHED:
+                counters[C_PREFETCH_USED] += 1
+                v &= READY_BITS
+            state[s] = v
+            hit_one(st, s, policy)
+            if nfly > 0 and flying(st, use[s]):  # another batch in flight reads it: keep its stamp
+                pins[s] += 1
+                seen[n_shared] = s  # n_shared <= k: an entry already read
+                n_shared += 1
+            else:
+                use[s] = stamp_base | k
+        counters[C_HITS] += u
+        return u, n_shared
+
+    return hit_batch
 
 
 @jit(_nrt=False)

@@ -8,7 +8,11 @@ tables' rows (every hit, miss, admission and eviction decided in one kernel, und
 once), one read of every
 table's misses from the tier below (:meth:`~sdm.tiers.base.Tier.read_many`: its device model
 counts the blocks, each table's a batch), and per table one scatter into the slots and one
-pooled gather straight from them.
+pooled gather straight from them. Where the policy's hits commute (FIFO, CLOCK, SIEVE, S3-FIFO,
+random; not behind TinyLFU), a batch whose every lookup hits a ready slot skips the dedup: one
+pass looks each lookup up and applies each distinct key's hit
+(:func:`~sdm.kernels.serve.hit_batch_for`), and its first miss sends the batch down the
+general path with nothing changed.
 
 Cache keys are ``table_id << 48 | row id``, so one cache (and one policy) spans all tables.
 
@@ -39,10 +43,11 @@ from sdm.errors import ConfigError
 from sdm.formats import typed_rows
 from sdm.kernels.dedup import compose, unique_ranked
 from sdm.kernels.memory import huge_empty
-from sdm.kernels.policies import M_FLYING, pin_batch
+from sdm.kernels.policies import A_KIND, M_FLYING, pin_batch
 from sdm.kernels.serve import (C_HITS, C_MISSES, C_PREFETCH_USED, C_PREFETCH_WASTED, C_REJECTED,
                                N_COUNTERS, PREFETCHED, READY_BITS, SLOT_FAILED, SLOT_PENDING,
-                               SLOT_READY, TABLE_SHIFT, fill_rows, probe_batch_for)
+                               SLOT_READY, TABLE_SHIFT, fill_rows, hit_batch_for, hits_commute,
+                               probe_batch_for)
 from sdm.tiers.manifest import TableLayout
 from sdm.policies import Cache
 from sdm.policies.cache import _no_admission
@@ -91,6 +96,8 @@ class DramCacheTier(CacheTier):
         self.lower = lower
         self.directory = Cache(capacity_rows, policy, admission=admission, seed=seed, guarded=True)
         self.capacity = self.directory.capacity
+        # a batch of hits alone is served in one pass over its lookups (_serve_hits)
+        self._hits_commute = hits_commute(self.directory._code, self.directory._adm[0][A_KIND])
         self.slot_bytes = -(-slot_bytes // _LINE) * _LINE
         # Slots never filled cost address space, not RAM; huge pages spare the page walk of a
         # hit's random slot (sdm.kernels.memory).
@@ -139,8 +146,8 @@ class DramCacheTier(CacheTier):
             self._prefetch_counters if prefetch else self._counters)
         if not prefetch:
             self._flying.add(self._epoch)
-        return _Batch(layouts, keys, ptr, is_miss, start, waits[:n_waits], self._slots, self._epoch,
-                      shared[:n_shared])
+        return _Batch(layouts, keys, ptr, is_miss, start, u, waits[:n_waits], self._slots, self._epoch,
+                      shared[:n_shared], u - int(np.count_nonzero(is_miss)))
 
     def _flying_state(self):
         """The policy state with the epochs of the demand batches in flight listed in it (its
@@ -234,7 +241,7 @@ class DramCacheTier(CacheTier):
             self._flying.discard(batch.epoch)
             if batch.shared.size:
                 pin_batch(self.directory._state, batch.shared, -1)
-            self._scratch.give(batch.start, batch.keys.shape[0])
+            self._scratch.give(batch.start, batch.scratch_rows)
             self._inflight -= 1
             self._cond.notify_all()
 
@@ -267,13 +274,43 @@ class DramCacheTier(CacheTier):
             return self._pool_batch(bags)
         return sum(self._pool_batch([b]) for b in bags)
 
+    def _serve_hits(self, layouts, keys: np.ndarray) -> "_Batch | None":
+        """The batch of lookups ``keys`` (cache keys, repeats included) if every one hits a
+        ready slot, served in one pass (:func:`hit_batch_for`), its ``ptr`` the slot of each
+        lookup and its ``keys`` None; else None, with nothing changed."""
+        n = keys.shape[0]
+        ptr = np.empty(n, dtype=np.int64)
+        seen = np.empty(n, dtype=np.int64)
+        with self._cond:
+            self._epoch += 1
+            hits, n_shared = hit_batch_for(self.directory._code)(
+                keys, self._flying_state(), self._state, np.int64(self._epoch << 32), ptr, seen,
+                self._counters)
+            if hits < 0:
+                return None
+            self._flying.add(self._epoch)
+            self._inflight += 1  # it points into the slot buffer, as a batch with scratch rows does
+        batch = _Batch(layouts, None, ptr, None, 0, 0, seen[:0], self._slots, self._epoch,
+                       seen[:n_shared], hits)
+        try:
+            if self._deferred_reads:
+                self._wait_until_ready(batch)
+        except BaseException:
+            self._end(batch)
+            raise
+        return batch
+
     def _pool_batch(self, bags) -> int:
         """:meth:`pool_bags` of ``bags`` (ascending table ids) as one batch."""
+        layouts = [b.layout for b in bags]
         keys = [_keys(b.layout, b.indices) for b in bags]
-        unique, inverse, rank = unique_ranked(keys[0] if len(keys) == 1 else np.concatenate(keys))
-        batch = self._serve([b.layout for b in bags], unique)
+        keys = keys[0] if len(keys) == 1 else np.concatenate(keys)
+        batch = self._serve_hits(layouts, keys) if self._hits_commute else None
+        if batch is None:
+            unique, inverse, rank = unique_ranked(keys)
+            batch = self._serve(layouts, unique)
         try:
-            rows = compose(batch.ptr, rank, inverse)
+            rows = batch.ptr if batch.keys is None else compose(batch.ptr, rank, inverse)
             start = 0
             for b in bags:
                 end = start + b.indices.shape[0]
@@ -282,7 +319,7 @@ class DramCacheTier(CacheTier):
                 start = end
         finally:
             self._end(batch)
-        return int(unique.shape[0] - np.count_nonzero(batch.is_miss))
+        return batch.hits
 
     def read_rows(self, layout, ids, out):
         batch = self._serve([layout], _keys(layout, ids))
@@ -320,7 +357,7 @@ class DramCacheTier(CacheTier):
             with self._cond:
                 placed = batch.ptr[batch.ptr < self.capacity]
                 self._state[placed] &= READY_BITS  # pinned for good, not a prefetch
-                self._scratch.give(batch.start, batch.keys.shape[0])
+                self._scratch.give(batch.start, batch.scratch_rows)
                 self._inflight -= 1
                 self._cond.notify_all()
 
@@ -337,7 +374,7 @@ class DramCacheTier(CacheTier):
         finally:
             with self._cond:
                 self._prefetched += int(missing.size)
-                self._scratch.give(batch.start, batch.keys.shape[0])
+                self._scratch.give(batch.start, batch.scratch_rows)
                 self._inflight -= 1
                 self._cond.notify_all()
         return int(missing.size)
@@ -415,15 +452,18 @@ def _keys(layout: TableLayout, ids: np.ndarray) -> np.ndarray:
 class _Batch:
     """One batch in flight: the tables it serves (ascending ids), its distinct cache keys
     (ascending), the row of ``slots`` serving each (the cache slots among them held for it),
-    which it reads itself, its scratch rows, the hits it waits on other batches for, its epoch
-    and the slots it pinned because another batch in flight had them."""
+    which it reads itself, its scratch rows, the hits it waits on other batches for, its epoch,
+    the slots it pinned because another batch in flight had them, and how many keys hit.
+    A batch of hits alone (:meth:`DramCacheTier._serve_hits`) has no ``keys``: its ``ptr`` is
+    the slot of each lookup."""
 
-    __slots__ = ("layouts", "keys", "ptr", "is_miss", "start", "waits", "slots", "epoch", "shared")
+    __slots__ = ("layouts", "keys", "ptr", "is_miss", "start", "scratch_rows", "waits", "slots", "epoch",
+                 "shared", "hits")
 
-    def __init__(self, layouts, keys, ptr, is_miss, start, waits, slots, epoch, shared):
+    def __init__(self, layouts, keys, ptr, is_miss, start, scratch_rows, waits, slots, epoch, shared, hits):
         self.layouts, self.keys, self.ptr, self.is_miss = layouts, keys, ptr, is_miss
-        self.start, self.waits, self.slots, self.epoch = start, waits, slots, epoch
-        self.shared = shared
+        self.start, self.scratch_rows, self.waits, self.slots = start, scratch_rows, waits, slots
+        self.epoch, self.shared, self.hits = epoch, shared, hits
 
     def tables(self, which: np.ndarray):
         """``(layout, lo, hi)`` per table with keys among ``keys[which]`` (``which``
