@@ -61,6 +61,11 @@ TABLE_SHIFT = 48
 _AHEAD_ENTRY = 16
 _AHEAD_SLOT = 8
 _AHEAD_LINKS = 4
+# The all-hit pass (hit_batch_for) walks lookups, not distinct keys: about one in five is a
+# batch's first sight of a row (a cache miss in the map; the repeats hit L2), so it fetches
+# further ahead to keep as many misses in flight. bench_hierarchy's sieve all-hit path: 1.63-1.66x
+# raw gather at 16 lookups ahead, 1.51-1.55x at 48-128 (Zen 4).
+_AHEAD_LOOKUP = 64
 
 # counters of the batch probe
 C_HITS, C_MISSES, C_REJECTED, C_PREFETCH_USED, C_PREFETCH_WASTED = range(5)
@@ -259,8 +264,8 @@ def hit_batch_for(policy: int):
         n = keys.shape[0]
         u = 0
         for i in range(n):
-            if i + _AHEAD_ENTRY < n:
-                prefetch_row(index, 2 * _home(index, keys[i + _AHEAD_ENTRY]), 16)  # key, value
+            if i + _AHEAD_LOOKUP < n:
+                prefetch_row(index, 2 * _home(index, keys[i + _AHEAD_LOOKUP]), 16)  # key, value
             s = hm_find(index, keys[i])
             v = state[s] if s >= 0 else SLOT_PENDING
             if (v & READY_BITS) != SLOT_READY:
