@@ -276,7 +276,8 @@ def section_all_hit(path, batches, arrays, reps, policy="lru") -> list[str]:
 
 _PHASES = (("checks", "request checks (Store._check_requests)"), ("dedup", "dedup (unique_ranked)"),
            ("probe", "policy probe (probe_batch_for, under the lock)"),
-           ("hits alone", "a batch of hits alone in one pass (hit_batch_for, under the lock)"),
+           ("hits alone", "a batch of hits alone in one pass (hit_batch_for, under the lock; with misses, "
+                           "the attempts that fell back)"),
            ("read below", "read of the misses from the tier below, device model included"),
            ("fill", "misses copied into their slots (fill_rows)"),
            ("slot pointers", "per-lookup slot pointers (compose)"), ("pool", "pooling from the slots"),

@@ -107,7 +107,7 @@ def test_a_batch_of_hits_alone_leaves_the_state_the_general_path_does(policy, ad
     widest = max(s.row_bytes for s in SPECS[:2])
     fast = DramCacheTier(ArrayTier(raw), capacity, widest, policy=policy, admission=admission)
     general = DramCacheTier(ArrayTier(raw), capacity, widest, policy=policy, admission=admission)
-    general._hits_commute = False
+    general._hits_commute = general._try_hits_alone = False
     served_alone = 0
     for _ in range(data.draw(st.integers(1, 8))):
         tables = data.draw(st.lists(st.integers(0, 1), min_size=1, max_size=2, unique=True))

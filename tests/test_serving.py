@@ -134,6 +134,37 @@ def test_a_row_read_under_a_deferred_wait_is_not_there_before_its_read_completes
         cache.invalidate(LAYOUT)  # the next round misses row 3 again
 
 
+@pytest.mark.parametrize("policy", POLICIES)
+def test_threads_serving_hits_alone_and_misses_at_once_get_their_rows(policy):
+    """Four threads pool batches through a cache of 40 of 64 rows: batches of hits alone (one
+    pass, for sieve) and batches with misses run at once, hold slots for each other and pin
+    the ones they share. Every result is exact, and at the end nothing is in flight or pinned."""
+    rows = sdm.quantize_rows(np.arange(64 * 4, dtype=np.float32).reshape(64, 4), "fp32")
+    cache = DramCacheTier(GatedTier(rows), 40, SPEC.row_bytes, policy=policy)
+    served_alone = []
+    serve_hits = cache._serve_hits
+
+    def counted(*args):
+        batch = serve_hits(*args)
+        served_alone.append(batch is not None)
+        return batch
+
+    cache._serve_hits = counted
+
+    def worker(seed):
+        rng = np.random.default_rng(seed)
+        for _ in range(300):
+            ids = rng.integers(0, 24 if rng.random() < 0.8 else 64, rng.integers(1, 20)).tolist()
+            np.testing.assert_array_equal(pooled(cache, ids), want(ids))
+
+    with ThreadPoolExecutor(4) as pool:
+        for done in [pool.submit(worker, seed) for seed in range(4)]:
+            done.result(TIMEOUT)
+    assert not cache._flying and cache._inflight == 0 and not cache.directory.pin_counts().any()
+    cache.check_invariants()
+    assert any(served_alone) == (policy == "sieve")
+
+
 def test_two_batches_missing_one_row_read_it_once(cache):
     cache, lower = cache
     lower.gated = {5}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from numba.cpython.unsafe.numbers import leading_zeros
+from numba.extending import overload
 
 from sdm.kernels.jit import jit
 from sdm.kernels.memory import huge_full
@@ -67,17 +68,30 @@ def mix64(key):
     return finalize64(np.uint64(key) + GOLDEN)
 
 
+def top_shift(mask):
+    """The right shift that keeps the top log2(mask + 1) bits of a uint64 (``mask`` a power of
+    two minus 1, >= 1): 64 minus its bit length. Plain Python here, so ``NUMBA_DISABLE_JIT=1``
+    still runs; compiled, the mask's leading-zero count (one instruction)."""
+    return 64 - int(mask).bit_length()
+
+
+@overload(top_shift)
+def _ol_top_shift(mask):
+    return lambda mask: leading_zeros(np.uint64(mask))
+
+
 @jit
 def home_slot(key, mask):
     """The entry a key hashes to in a table of ``mask + 1`` entries (a power of two, >= 2).
 
     Fibonacci hashing: the top log2(size) bits of key * golden, the well-mixed ones; the shift
-    is the mask's leading zeros (one instruction, hoisted out of a kernel's loop). Bits 32..
+    (:func:`top_shift`) is the mask's leading zeros, one instruction hoisted out of a kernel's
+    loop. Bits 32..
     under the mask, as before, clustered the DRAM cache's directory on an RM2-shaped batch
     stream (ids an affine map of Zipf ranks, 406K keys at load 0.19): 44% of keys sat past
     their home entry, against 12% with the top bits and 10% for random homes
     (bench/RESULTS.md)."""
-    return np.int64((np.uint64(key) * GOLDEN) >> np.uint64(leading_zeros(np.uint64(mask))))
+    return np.int64((np.uint64(key) * GOLDEN) >> np.uint64(top_shift(mask)))
 
 
 @jit

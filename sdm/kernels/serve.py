@@ -3,7 +3,9 @@
 One call serves the distinct cache keys of one request, every table's, in ascending order
 (so table by table, each table's ids ascending), through
 the shared policy kernels (:func:`sdm.kernels.policies.access_one`), exactly the key stream
-the simulator replays, so the live cache and ``sdm.simulate`` count the same hits.
+the simulator replays, so the live cache and ``sdm.simulate`` count the same hits. Where the
+policy's hits commute, a batch that only hits may instead be served by one pass over its
+lookups (:func:`hit_batch_for`), which leaves the same state.
 
 Rows live in the caller's ``slots`` buffer: rows ``[0, capacity)`` are cache slots, the rows
 after them scratch, of which each batch in flight owns a range starting at its
@@ -79,6 +81,7 @@ READY_BITS = 3
 PREFETCHED = 4
 # set only inside one call of the all-hit path (hit_batch_for): the slot was met earlier in it
 _SEEN = 8
+_NOT_SEEN = 0xFF ^ _SEEN  # a positive mask: uint8 & -9 is an error in NumPy, so in NUMBA_DISABLE_JIT=1
 
 # Policies whose hit step gives the same state whatever order a batch's distinct hits come
 # in (a reference bit or count, or nothing), so the all-hit path may apply them in order of
@@ -272,7 +275,7 @@ def hit_batch_for(policy: int):
             v = state[s] if s >= 0 else SLOT_PENDING
             if (v & READY_BITS) != SLOT_READY:
                 for k in range(u):  # undo the marks: the general path sees the state as it was
-                    state[seen[k]] &= ~_SEEN
+                    state[seen[k]] &= _NOT_SEEN
                 return -1, 0
             ptr[i] = s
             seen[u] = s
@@ -282,7 +285,7 @@ def hit_batch_for(policy: int):
         n_shared = 0
         for k in range(u):  # the distinct slots in order of first sight
             s = seen[k]
-            v = state[s] & ~_SEEN
+            v = state[s] & _NOT_SEEN
             if v & PREFETCHED:
                 counters[C_PREFETCH_USED] += 1
                 v &= READY_BITS

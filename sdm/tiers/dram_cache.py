@@ -21,7 +21,7 @@ can evict them: :meth:`pin_rows` (hot rows a placement keeps resident for good) 
 :meth:`prefetch` (rows of an upcoming batch, pinned until :meth:`release` after that batch
 was served — the eviction-before-use bug class of lookahead prefetchers cannot happen).
 
-Many batches are served at once. Only the probe runs under the cache's lock; there a batch
+Many batches are served at once. Only the probe (or the all-hit pass) runs under the cache's lock; there a batch
 stamps every slot it will read (no other batch evicts a slot stamped by a batch in flight:
 :mod:`sdm.kernels.serve`), claims its misses' slots as pending and takes its
 own range of scratch rows. Its misses are then read from the tier below with no lock held, and a
@@ -98,6 +98,7 @@ class DramCacheTier(CacheTier):
         self.capacity = self.directory.capacity
         # a batch of hits alone is served in one pass over its lookups (_serve_hits)
         self._hits_commute = hits_commute(self.directory._code, self.directory._adm[0][A_KIND])
+        self._try_hits_alone = self._hits_commute  # the last batch only hit (a hint; no lock)
         self.slot_bytes = -(-slot_bytes // _LINE) * _LINE
         # Slots never filled cost address space, not RAM; huge pages spare the page walk of a
         # hit's random slot (sdm.kernels.memory).
@@ -108,7 +109,7 @@ class DramCacheTier(CacheTier):
         self._ready_ns = np.zeros(self.capacity, dtype=np.float64)
         self._deferred_reads = False  # any so far: batches then check their slots' _ready_ns
         self._scratch = _Ranges(self.capacity, _MIN_SCRATCH)
-        self._inflight = 0  # batches holding scratch rows (the slot buffer grows only at 0)
+        self._inflight = 0  # batches pointing into the slot buffer (it grows only at 0)
         self._epoch = 0
         self._flying: set[int] = set()  # epochs of the demand batches in flight
         self._counters = np.zeros(N_COUNTERS, dtype=np.int64)  # demand batches
@@ -282,16 +283,17 @@ class DramCacheTier(CacheTier):
         ptr = np.empty(n, dtype=np.int64)
         seen = np.empty(n, dtype=np.int64)
         with self._cond:
-            self._epoch += 1
+            epoch = self._epoch + 1  # taken only if the batch is served here
             hits, n_shared = hit_batch_for(self.directory._code)(
-                keys, self._flying_state(), self._state, np.int64(self._epoch << 32), ptr, seen,
+                keys, self._flying_state(), self._state, np.int64(epoch << 32), ptr, seen,
                 self._counters)
             if hits < 0:
                 return None
-            self._flying.add(self._epoch)
+            self._epoch = epoch
+            self._flying.add(epoch)
             self._inflight += 1  # it points into the slot buffer, as a batch with scratch rows does
-        batch = _Batch(layouts, None, ptr, None, 0, 0, seen[:0], self._slots, self._epoch,
-                       seen[:n_shared], hits)
+            batch = _Batch(layouts, None, ptr, None, 0, 0, seen[:0], self._slots, epoch, seen[:n_shared],
+                           hits)
         try:
             if self._deferred_reads:
                 self._wait_until_ready(batch)
@@ -305,10 +307,13 @@ class DramCacheTier(CacheTier):
         layouts = [b.layout for b in bags]
         keys = [_keys(b.layout, b.indices) for b in bags]
         keys = keys[0] if len(keys) == 1 else np.concatenate(keys)
-        batch = self._serve_hits(layouts, keys) if self._hits_commute else None
+        batch = self._serve_hits(layouts, keys) if self._try_hits_alone else None
         if batch is None:
             unique, inverse, rank = unique_ranked(keys)
             batch = self._serve(layouts, unique)
+            # after a batch with a miss, the one pass is tried again once a batch hits only: where
+            # most batches miss somewhere, none pays for a pass it throws away
+            self._try_hits_alone = self._hits_commute and batch.hits == unique.shape[0]
         try:
             rows = batch.ptr if batch.keys is None else compose(batch.ptr, rank, inverse)
             start = 0
