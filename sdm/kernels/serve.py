@@ -232,7 +232,7 @@ def hits_commute(policy: int, admission: int) -> bool:
 @functools.lru_cache(maxsize=None)
 def hit_batch_for(policy: int):
     """The all-hit batch path compiled for one policy where :func:`hits_commute`:
-    ``hit_batch(keys, st, state, stamp_base, ptr, seen, counters) -> (u, n_shared)``.
+    ``hit_batch(ids, base, st, state, stamp_base, ptr, seen, counters) -> (u, n_shared)``.
 
     It looks every lookup's key up in the map, repeats included, where the general path
     first dedups the batch (:func:`sdm.kernels.dedup.unique_ranked`), probes each distinct
@@ -246,11 +246,13 @@ def hit_batch_for(policy: int):
     policy = int(policy)
 
     @jit(_nrt=False)  # as probe_batch: no reference counts on the state tuple
-    def hit_batch(keys, st, state, stamp_base, ptr, seen, counters):
-        """Serve ``keys`` if every one is a hit on a ready slot.
+    def hit_batch(ids, base, st, state, stamp_base, ptr, seen, counters):
+        """Serve keys ``base | ids[i]`` if every one is a hit on a ready slot.
 
         Args:
-            keys: ``(n,)`` int64 cache keys of a batch's lookups, in lookup order, repeats included.
+            ids, base: a batch's lookups, in lookup order, repeats included: ``(n,)`` integer
+                row ids and int64 ``table_id << TABLE_SHIFT`` of a batch of one table (no
+                array of keys made), or cache keys and 0.
             st, state, stamp_base, counters: as :func:`probe_batch_for`'s.
             ptr: ``(n,)`` int64 out: the slot serving each lookup.
             seen: ``(n,)`` int64 scratch; out: the slots another batch in flight had stamped,
@@ -266,12 +268,12 @@ def hit_batch_for(policy: int):
         index = st[2]
         pins = st[11]
         use = st[19]
-        n = keys.shape[0]
+        n = ids.shape[0]
         u = 0
         for i in range(n):
             if i + _AHEAD_LOOKUP < n:
-                prefetch_row(index, 2 * _home(index, keys[i + _AHEAD_LOOKUP]), 16)  # key, value
-            s = hm_find(index, keys[i])
+                prefetch_row(index, 2 * _home(index, base | ids[i + _AHEAD_LOOKUP]), 16)  # key, value
+            s = hm_find(index, base | ids[i])
             v = state[s] if s >= 0 else SLOT_PENDING
             if (v & READY_BITS) != SLOT_READY:
                 for k in range(u):  # undo the marks: the general path sees the state as it was

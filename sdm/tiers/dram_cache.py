@@ -275,18 +275,19 @@ class DramCacheTier(CacheTier):
             return self._pool_batch(bags)
         return sum(self._pool_batch([b]) for b in bags)
 
-    def _serve_hits(self, layouts, keys: np.ndarray) -> "_Batch | None":
-        """The batch of lookups ``keys`` (cache keys, repeats included) if every one hits a
-        ready slot, served in one pass (:func:`hit_batch_for`), its ``ptr`` the slot of each
-        lookup and its ``keys`` None; else None, with nothing changed."""
-        n = keys.shape[0]
+    def _serve_hits(self, layouts, ids: np.ndarray, base: int) -> "_Batch | None":
+        """The batch of lookups ``base | ids`` (cache keys, repeats included: the row ids of
+        one table and its key base, or keys and 0) if every one hits a ready slot, served in
+        one pass (:func:`hit_batch_for`), its ``ptr`` the slot of each lookup and its
+        ``keys`` None; else None, with nothing changed."""
+        n = ids.shape[0]
         ptr = np.empty(n, dtype=np.int64)
         seen = np.empty(n, dtype=np.int64)
         with self._cond:
             epoch = self._epoch + 1  # taken only if the batch is served here
             hits, n_shared = hit_batch_for(self.directory._code)(
-                keys, self._flying_state(), self._state, np.int64(epoch << 32), ptr, seen,
-                self._counters)
+                ids, np.int64(base), self._flying_state(), self._state, np.int64(epoch << 32), ptr,
+                seen, self._counters)
             if hits < 0:
                 return None
             self._epoch = epoch
@@ -305,11 +306,14 @@ class DramCacheTier(CacheTier):
     def _pool_batch(self, bags) -> int:
         """:meth:`pool_bags` of ``bags`` (ascending table ids) as one batch."""
         layouts = [b.layout for b in bags]
-        keys = [_keys(b.layout, b.indices) for b in bags]
-        keys = keys[0] if len(keys) == 1 else np.concatenate(keys)
-        batch = self._serve_hits(layouts, keys) if self._try_hits_alone else None
+        batch = None
+        if self._try_hits_alone and len(bags) == 1:  # a table's row ids and key base: no keys made
+            batch = self._serve_hits(layouts, bags[0].indices, _key_base(layouts[0]))
+        elif self._try_hits_alone:
+            batch = self._serve_hits(layouts, np.concatenate([_keys(b.layout, b.indices) for b in bags]), 0)
         if batch is None:
-            unique, inverse, rank = unique_ranked(keys)
+            keys = [_keys(b.layout, b.indices) for b in bags]
+            unique, inverse, rank = unique_ranked(keys[0] if len(keys) == 1 else np.concatenate(keys))
             batch = self._serve(layouts, unique)
             # after a batch with a miss, the one pass is tried again once a batch hits only: where
             # most batches miss somewhere, none pays for a pass it throws away
@@ -449,9 +453,14 @@ class DramCacheTier(CacheTier):
             self._slots = np.empty((0, self.slot_bytes), dtype=np.uint8)
 
 
+def _key_base(layout: TableLayout) -> int:
+    """What the cache keys of ``layout``'s table add to its row ids."""
+    return layout.table_id << TABLE_SHIFT
+
+
 def _keys(layout: TableLayout, ids: np.ndarray) -> np.ndarray:
     """The cache keys of rows ``ids`` of ``layout``'s table."""
-    return (np.int64(layout.table_id) << TABLE_SHIFT) | ids
+    return np.int64(_key_base(layout)) | ids
 
 
 class _Batch:
