@@ -86,10 +86,9 @@ def home_slot(key, mask):
 
     Fibonacci hashing: the top log2(size) bits of key * golden, the well-mixed ones; the shift
     (:func:`top_shift`) is the mask's leading zeros, one instruction hoisted out of a kernel's
-    loop. Bits 32..
-    under the mask, as before, clustered the DRAM cache's directory on an RM2-shaped batch
-    stream (ids an affine map of Zipf ranks, 406K keys at load 0.19): 44% of keys sat past
-    their home entry, against 12% with the top bits and 10% for random homes
+    loop. Bits 32.. under the mask, as before, clustered the DRAM cache's directory on an
+    RM2-shaped batch stream (ids an affine map of Zipf ranks, 406K keys at load 0.19): 44% of
+    keys sat past their home entry, against 12% with the top bits and 10% for random homes
     (bench/RESULTS.md)."""
     return np.int64((np.uint64(key) * GOLDEN) >> np.uint64(top_shift(mask)))
 

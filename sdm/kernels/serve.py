@@ -281,7 +281,7 @@ def hit_batch_for(policy: int):
                 return -1, 0
             ptr[i] = s
             seen[u] = s
-            u += (v & _SEEN) == 0  # no branch: a first sight is as likely as not
+            u += (v & _SEEN) == 0  # no branch: whether a lookup is a first sight is unpredictable
             state[s] = v | _SEEN
         nfly = meta[M_FLYING]
         n_shared = 0

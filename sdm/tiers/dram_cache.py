@@ -279,7 +279,8 @@ class DramCacheTier(CacheTier):
         """The batch of lookups ``base | ids`` (cache keys, repeats included: the row ids of
         one table and its key base, or keys and 0) if every one hits a ready slot, served in
         one pass (:func:`hit_batch_for`), its ``ptr`` the slot of each lookup and its
-        ``keys`` None; else None, with nothing changed."""
+        ``keys`` None (the caller waits for its slots' deferred reads); else None, with nothing
+        changed."""
         n = ids.shape[0]
         ptr = np.empty(n, dtype=np.int64)
         seen = np.empty(n, dtype=np.int64)
@@ -293,15 +294,8 @@ class DramCacheTier(CacheTier):
             self._epoch = epoch
             self._flying.add(epoch)
             self._inflight += 1  # it points into the slot buffer, as a batch with scratch rows does
-            batch = _Batch(layouts, None, ptr, None, 0, 0, seen[:0], self._slots, epoch, seen[:n_shared],
-                           hits)
-        try:
-            if self._deferred_reads:
-                self._wait_until_ready(batch)
-        except BaseException:
-            self._end(batch)
-            raise
-        return batch
+            return _Batch(layouts, None, ptr, None, 0, 0, seen[:0], self._slots, epoch, seen[:n_shared],
+                          hits)
 
     def _pool_batch(self, bags) -> int:
         """:meth:`pool_bags` of ``bags`` (ascending table ids) as one batch."""
@@ -319,7 +313,12 @@ class DramCacheTier(CacheTier):
             # most batches miss somewhere, none pays for a pass it throws away
             self._try_hits_alone = self._hits_commute and batch.hits == unique.shape[0]
         try:
-            rows = batch.ptr if batch.keys is None else compose(batch.ptr, rank, inverse)
+            if batch.keys is not None:
+                rows = compose(batch.ptr, rank, inverse)
+            else:  # served in one pass: no reads of its own, but maybe another's deferred ones
+                if self._deferred_reads:
+                    self._wait_until_ready(batch)
+                rows = batch.ptr
             start = 0
             for b in bags:
                 end = start + b.indices.shape[0]
