@@ -145,13 +145,15 @@ def as_int_array(values, name: str, *, keep_int32: bool = False, error=InvalidAr
 
 
 def check_id_array(values, name: str, *, upper: int | None = None, domain: str | None = None,
-                   keep_int32: bool = False, error=InvalidArgumentError, range_error=None) -> np.ndarray:
+                   keep_int32: bool = False, error=InvalidArgumentError, range_error=None,
+                   sign: bool = True) -> np.ndarray:
     """A 1-D integer array of ids, every one in ``[0, upper)`` (``upper`` None: ``[0, 2**63)``).
 
     Returns what :func:`as_int_array` returns. Shape and dtype problems raise ``error``; an
     id out of range raises ``range_error`` (default :class:`~sdm.errors.IdOutOfRangeError`
     when ``upper`` is given, else ``error``), naming the id, the range and what it indexes
-    (``domain``, default ``a table of {upper} rows``).
+    (``domain``, default ``a table of {upper} rows``). ``sign`` False with ``upper`` None
+    leaves negative ids to a caller that checks them as it reads them (no pass here).
     """
     if range_error is None:
         range_error = IdOutOfRangeError if upper is not None else error
@@ -160,13 +162,15 @@ def check_id_array(values, name: str, *, upper: int | None = None, domain: str |
     top = _uint64_max(ids)  # a uint64 id beyond int64 is out of every range
     if top is None:
         ids = _contiguous(ids, keep_int32)
-        if not ids.size:
+        if not ids.size or (upper is None and not sign):
             return ids
         low = int(ids.min())
         if low < 0:
             raise range_error(f"{name} {low} is negative (valid: {valid})")
+        if upper is None:  # an int64 holds nothing above the bound: no second pass
+            return ids
         top = int(ids.max())
-        if upper is None or top < upper:
+        if top < upper:
             return ids
     if upper is None:
         raise range_error(f"{name} {top} is out of range: above the largest id {INT64_MAX}")

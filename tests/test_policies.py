@@ -245,6 +245,28 @@ def test_simulate_rejects_bad_keys(keys, match):
         simulate(keys, policy="lru", capacity=2)
 
 
+@pytest.mark.parametrize("policy", ["fifo", "lru", "belady"])
+def test_a_negative_key_deep_in_a_stream_is_refused_whatever_the_policy(policy):
+    # simulate checks the sign as it replays (one pass over the keys, not two): a negative
+    # key is named however far in (the first one met; belady's next-use pass names the
+    # smallest), and no result comes back
+    keys = np.arange(10_000, dtype=np.int64) % 97
+    keys[7_000] = -3
+    keys[9_000] = -8
+    with pytest.raises(InvalidArgumentError, match=r"keys -[38] is negative \(valid: >= 0\)"):
+        simulate(keys, policy=policy, capacity=16)
+
+
+def test_a_live_cache_refuses_a_negative_key_before_serving_any():
+    cache = Cache(4, "lru")
+    cache.access([1, 2])
+    before = [a.copy() for a in cache._state]
+    with pytest.raises(InvalidArgumentError, match="keys -1 is negative"):
+        cache.access([3, 4, -1])
+    assert all(np.array_equal(a, b) for a, b in zip(before, cache._state))
+    assert cache.access([3]).hit.tolist() == [False]
+
+
 def test_errors_are_value_errors():
     with pytest.raises(ValueError):
         simulate([1], policy="nope", capacity=1)

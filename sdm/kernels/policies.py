@@ -41,7 +41,7 @@ ADMISSION_NAMES = ("none", "threshold", "tinylfu")
 ADM_NONE, ADM_THRESHOLD, ADM_TINYLFU = range(3)
 
 # Keys ahead whose id -> slot map entry the serve loop prefetches: the map of a 10K-slot cache
-# (1 MB at load 1/4) does not stay in L2 beside the rest of the state.
+# (2 MB at load 1/8: _map_spread) does not stay in L2 beside the rest of the state.
 _SERVE_AHEAD = 12
 
 # Next use of a key never requested again (belady); larger than any trace position.
@@ -71,6 +71,25 @@ def _needs(policy: int):
     heap = policy in (LFU, BELADY)
     ghosts = policy in (S3FIFO, ARC)
     return lists, heap, ghosts
+
+
+# Caches up to this many slots get a map at load <= 1/8 (at most 4 MB), larger ones <= 1/4.
+_SMALL_MAP_SLOTS = 1 << 15
+
+
+def _map_spread(capacity: int) -> int:
+    """Entries per slot of a ``capacity``-slot cache's id -> slot map (the ``spread`` of
+    :func:`sdm.kernels.hashmap.make_hashmap_state`).
+
+    A hit probes the map once, a miss three times (find, the victim's delete, the shift
+    back of its cluster), and each probe's branch on whether to go on mispredicts more at a
+    higher load. A small map can afford the room: on bench_policies' trace (Zen 4, sdm.simulate,
+    spread 8 over 4, alternated, medians of 5), at 1K, 10K and 32K slots (maps up to 4 MB,
+    loads 0.12 against 0.24) fifo ran 1.14-1.34x as fast, clock 1.10-1.27x, lru 1.09-1.28x,
+    sieve 1.07-1.20x and s3fifo 1.00-1.10x; at 60K and 120K slots (maps of 8 and 16 MB) fifo,
+    lru and sieve ran 0.77-0.89x as fast, their maps no longer in the caches beside the rest
+    of the state."""
+    return 8 if capacity <= _SMALL_MAP_SLOTS else 4
 
 
 def make_cache_state(capacity: int, policy: int, *, seed: int = 0, small_ratio: float = 0.1,
@@ -116,7 +135,7 @@ def make_cache_state(capacity: int, policy: int, *, seed: int = 0, small_ratio: 
     return (
         meta,
         fmeta,
-        make_hashmap_state(c, 4),
+        make_hashmap_state(c, _map_spread(c)),
         huge_full(c, -1, np.int64),                 # 3 key of slot (-1: free)
         huge_full(n_l, -1, np.int32),               # 4 prev (toward head)
         huge_full(n_l, -1, np.int32),               # 5 next (toward tail)
@@ -1074,7 +1093,11 @@ def serve_for(policy: int, admission: int, outputs: bool):
 
     ``serve`` serves ``keys`` (``(n,)`` int64) in order through the cache whose state ``st``
     (:func:`make_cache_state`) runs ``policy`` behind ``adm`` (:func:`make_admission_state`,
-    of kind ``admission``), and returns the number of hits. ``next_use``: ``(n,)`` int64
+    of kind ``admission``), and returns the number of hits; at a negative key ``keys[i]``
+    (the map's empty mark) it stops and returns ``-1 - i``, the keys before it served and
+    the counters not updated. So a caller whose cache lives on validates the keys first,
+    and one that drops the cache on that error (``sdm.simulate``) reads them once, not
+    twice (a separate pass over 4M keys took 3% of the replay, Zen 4). ``next_use``: ``(n,)`` int64
     next-request positions for belady, else length 0. ``hit`` (bool), ``slot``, ``evicted``
     (int64): ``(n,)`` outputs; with ``outputs``, each is filled when it has n entries (the
     simulator passes empty arrays it does not need); without, none is touched.
@@ -1102,8 +1125,11 @@ def serve_for(policy: int, admission: int, outputs: bool):
         for i in range(n):
             if i + _SERVE_AHEAD < n:  # the map entry of a later key, fetched while this one is served
                 prefetch_row(index, 2 * _home(index, keys[i + _SERVE_AHEAD]), 16)
+            key = keys[i]
+            if key < 0:
+                return -1 - i
             nu = next_use[i] if policy == BELADY and have_nu else NEVER
-            h, s, e = _access(st, adm, keys[i], nu, policy, admission, t0 + i)
+            h, s, e = _access(st, adm, key, nu, policy, admission, t0 + i)
             if h:
                 hits += 1
             else:

@@ -35,13 +35,14 @@ def check_capacity(capacity) -> int:
     return check_int(capacity, "capacity", lo=1, hi=MAX_CAPACITY)
 
 
-def check_keys(keys, *, what: str = "keys") -> np.ndarray:
+def check_keys(keys, *, what: str = "keys", sign: bool = True) -> np.ndarray:
     """Validate a key stream: 1-D, integer dtype, every key in ``[0, 2**63 - 1]``.
 
     Returns a contiguous int64 array (a view when already one). Negative keys are refused
-    because -1 marks an empty entry inside the id -> slot map.
+    because -1 marks an empty entry inside the id -> slot map; ``sign`` False leaves them to
+    :meth:`Cache._serve`, which refuses them as it meets them.
     """
-    return check_id_array(keys, what)
+    return check_id_array(keys, what, sign=sign)
 
 
 @dataclass(frozen=True)
@@ -199,11 +200,19 @@ class Cache:
         return AccessResult(hit, slot, evicted)
 
     def _serve(self, keys, next_use, hit, slot, evicted) -> int:
-        """One Numba call serving validated ``keys`` (:func:`sdm.kernels.policies.serve_for`'s
-        loop for this cache's policy and admission); returns the number of hits."""
+        """One Numba call serving int64 ``keys`` (:func:`sdm.kernels.policies.serve_for`'s
+        loop for this cache's policy and admission); returns the number of hits.
+
+        Raises:
+            InvalidArgumentError: a key is negative. The keys before it were served, so a
+                cache that lives on has its keys checked first (:func:`check_keys`).
+        """
         outputs = hit.shape[0] + slot.shape[0] + evicted.shape[0] > 0
         serve = K.serve_for(self._code, int(self._adm[0][K.A_KIND]), outputs)
-        return int(serve(self._state, self._adm, keys, next_use, hit, slot, evicted))
+        hits = int(serve(self._state, self._adm, keys, next_use, hit, slot, evicted))
+        if hits < 0:
+            raise InvalidArgumentError(f"keys {int(keys[-1 - hits])} is negative (valid: >= 0)")
+        return hits
 
     def lookup(self, keys) -> np.ndarray:
         """``(n,)`` int64 slot of each key, -1 if absent; no policy state changes."""

@@ -77,7 +77,7 @@ def simulate(keys, *, policy, capacity, admission=None, return_mask=False, seed=
         InvalidArgumentError: unknown policy, capacity < 1, non-integer or negative keys.
     """
     cache = Cache(capacity, policy, admission=admission, seed=seed, **policy_params)
-    keys = check_keys(keys)
+    keys = check_keys(keys, sign=False)  # a negative key stops the replay, whose cache is dropped
     nu = next_use(keys) if cache.policy == "belady" else _EMPTY_I64
     mask = np.zeros(keys.shape[0], dtype=np.bool_) if return_mask else _EMPTY_MASK
     hits = cache._serve(keys, nu, mask, _EMPTY_I64, _EMPTY_I64)
