@@ -29,7 +29,7 @@ class _Device:
 
 
 def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=None, overlap=False, cold=None,
-             read_cpu=None, read_threads=None):
+             read_cpu=None, read_threads=None, cold_rows=None):
     """Latency (ns) of each arrival.
 
     ``requests``: a list of profiled requests, arrival ``n`` being ``requests[n % R]``; each a
@@ -42,7 +42,8 @@ def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=Non
     (``"after"``, ``"cold"``: optional lists per request, default all 0; ``f`` the task's
     cold factor).
     ``cold``: ``(gaps_ns, factors)``: a task's time is multiplied by the factor interpolated at
-    how long its core was idle (default none).
+    how long its core was idle (default none); ``factors`` may be a table, a row per draw, of
+    which arrival ``n`` takes row ``cold_rows[n]``.
     ``read_cpu[d]``: core ns each read on device ``d`` costs (default none): a batch with such
     reads also queues ``min(queue_depth, cores, such reads)`` equal CPU tasks of their total,
     and never more than ``read_threads[d]`` of such a device where that is above 0 (default
@@ -191,7 +192,12 @@ def simulate(arrivals, requests, devices, cores, workers=0, stall=None, wake=Non
             if stage == "read":  # the device's work, not the request's: no cold factor, no stall
                 at(now + part[n], ("cpu", n, stage, core))
                 continue
-            factor = 1.0 if cold is None else float(np.interp(now - free_at[core], *cold))
+            if cold is None:
+                factor = 1.0
+            else:
+                gaps, factors = cold
+                row = factors[cold_rows[n]] if np.ndim(factors) == 2 else factors
+                factor = float(np.interp(now - free_at[core], gaps, row))
             cost = profile(n)[stage] * factor
             extra = 0.0 if stall is None else stall[n][stages[stage]]
             at(now + (cost + extra), ("cpu", n, stage, core))

@@ -9,8 +9,9 @@ import numpy as np
 
 
 def simulate(arrivals, work, rate_of_k, workers, cold_gap=(), cold_factor=(), cpu_share=1.0,
-             late=None, late_q=None):
-    """Latency (ns) of every arrival (see :mod:`sdm.kernels.threadsim`); no ``late``: none."""
+             late=None, late_q=None, cold_rows=None):
+    """Latency (ns) of every arrival (see :mod:`sdm.kernels.threadsim`); no ``late``: none;
+    ``cold_factor`` a table (a row per draw): arrival ``n`` takes row ``cold_rows[n]``."""
     n = len(arrivals)
     latency = np.zeros(n)
     in_service: dict[int, float] = {}  # request -> work left, in the order they started
@@ -39,7 +40,8 @@ def simulate(arrivals, work, rate_of_k, workers, cold_gap=(), cold_factor=(), cp
             r = waiting.pop(0)
             w = work[r % len(work)]
             if not in_service and len(cold_gap):
-                slower = np.interp(now - idle_since, cold_gap, cold_factor) - 1.0  # on the CPU share only
+                row = cold_factor[cold_rows[r]] if np.ndim(cold_factor) == 2 else cold_factor
+                slower = np.interp(now - idle_since, cold_gap, row) - 1.0  # on the CPU share only
                 w *= 1.0 + cpu_share * slower
             wake[r] = late[len(in_service)][late_q[r]] if late is not None and arrivals[r] == now else 0.0
             in_service[r] = w

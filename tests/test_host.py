@@ -111,6 +111,14 @@ def test_this_machine_measures_its_cold_cores(nand):
     assert (np.diff(gaps) > 0).all() and gaps[-1] >= 10e6  # ascending, out to tens of ms idle
     assert np.isfinite(factors).all() and (factors > 0).all()
     assert [c["idle_us"] for c in nand.summary()["cold_core"]] == pytest.approx(gaps / 1e3)
+    # every cold call's slowdown is kept, ascending per gap, the median the factor
+    draws = nand.cold_draws
+    assert draws.shape[1] == gaps.size and draws.shape[0] >= 2
+    assert (np.diff(draws, axis=0) >= 0).all() and (draws[:, 0] == 1.0).all()
+    np.testing.assert_allclose(np.median(draws, axis=0), factors)
+    assert np.array_equal(nand.cold_table(), draws)
+    core = nand.summary()["cold_core"][-1]
+    assert core["cpu_factor_q10"] <= core["cpu_factor"] <= core["cpu_factor_q90"] <= core["cpu_factor_max"]
 
 
 def test_each_batch_issues_where_the_live_store_reached_it(nand):

@@ -53,9 +53,12 @@ def _profile(cpu_emb, *, bottom=None, top=None, batches=None, devices=(), cores=
 
 
 def _kernel_latency(p: RequestProfile, arrivals, cores, workers=0, stall=None, wake=None, overlap=False,
-                    cold=None):
+                    cold=None, cold_rows=None):
+    """The kernel; ``cold``: ``(gaps, factors)``, factors one row or a table of them."""
     out = np.empty(len(arrivals))
     gaps, factors = (np.zeros(0), np.zeros(0)) if cold is None else (np.asarray(c, dtype=np.float64) for c in cold)
+    factors = np.atleast_2d(factors)
+    rows = np.zeros(len(arrivals), np.int64) if cold_rows is None else np.asarray(cold_rows, np.int64)
     stall = np.zeros((len(arrivals), 3)) if stall is None else np.asarray(stall, dtype=np.float64)
     wake = np.zeros((len(arrivals), 2)) if wake is None else np.asarray(wake, dtype=np.float64)
     lat = np.array([d.latency_ns for d in p.devices], dtype=np.float64)
@@ -65,7 +68,7 @@ def _kernel_latency(p: RequestProfile, arrivals, cores, workers=0, stall=None, w
     simulate_host(np.asarray(arrivals, dtype=np.float64), np.int64(p.requests), p.cpu_emb_ns, p.cpu_bottom_ns,
                   p.cpu_top_ns, p.batch_ptr, p.batch_qd, p.sub_ptr, p.sub_dev, p.sub_reads, lat, sp, rc, rt,
                   np.int64(cores), np.int64(workers), stall, wake, overlap, p.batch_after_ns,
-                  p.batch_after_ns if p.batch_cold_ns is None else p.batch_cold_ns, gaps, factors, out,
+                  p.batch_after_ns if p.batch_cold_ns is None else p.batch_cold_ns, gaps, factors, rows, out,
                   np.zeros(len(p.devices), np.int64),
                   np.zeros(len(p.devices) + 2))
     return out
@@ -108,11 +111,14 @@ def test_the_kernel_matches_the_reference_simulator(requests, gaps, devices, cor
     # the factors are small integers at gaps 128 ns apart: every interpolated factor at an
     # integer gap is a multiple of 1/128, so both simulators' sums stay exact
     overlap = noise.draw(st.booleans())
-    cold = noise.draw(st.one_of(st.none(), st.lists(st.sampled_from([1.0, 2.0, 4.0]), min_size=1, max_size=3).map(
-        lambda f: (np.arange(len(f), dtype=np.float64) * 128.0, sorted(f)))))
+    # and a row of factors drawn per arrival (the measured cold calls): one row, or up to three
+    cold = noise.draw(st.one_of(st.none(), st.integers(1, 3).flatmap(lambda g: st.lists(
+        st.lists(st.sampled_from([1.0, 2.0, 4.0]), min_size=g, max_size=g).map(sorted), min_size=1, max_size=3).map(
+        lambda rows: (np.arange(g, dtype=np.float64) * 128.0, np.asarray(rows))))))
+    rows = None if cold is None else noise.draw(st.lists(st.integers(0, len(cold[1]) - 1), min_size=n, max_size=n))
     want = reference_simulate(arrivals, requests, devices, cores, workers, stall, wake, overlap, cold, read_cpu,
-                              read_threads)
-    got = _kernel_latency(p, arrivals, cores, workers, stall, wake, overlap, cold)
+                              read_threads, rows)
+    got = _kernel_latency(p, arrivals, cores, workers, stall, wake, overlap, cold, rows)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
 
 
@@ -226,6 +232,25 @@ def test_an_overlapped_batch_waits_for_the_cpu_work_to_reach_it():
     assert _kernel_latency(front, [0.0], 1, overlap=True, cold=cold)[0] == pytest.approx(2400.0)
     # without overlap the reads follow the pooling, and the points do not apply
     assert _kernel_latency(p, [0.0], 1)[0] == pytest.approx(1200.0)
+
+def test_a_request_on_a_cold_core_draws_one_of_the_measured_slowdowns():
+    # measured: after 10 us idle, three calls took 1.5x, 2x and 3x (the median 2x); requests
+    # far apart each find the core cold and take one of the three, each about a third of the
+    # time, where the median alone gave every one 2x. The bottom MLP follows on the same core,
+    # now warm. (The first arrival, at 0, finds the core idle for no time.)
+    p = _profile([1000.0], bottom=[400.0])
+    p.cold_gap_ns, p.cold_factor = np.array([0.0, 10_000.0]), np.array([1.0, 2.0])
+    p.cold_draws = np.array([[1.0, 1.5], [1.0, 2.0], [1.0, 3.0]])
+    assert p.cold_table().shape == (3, 2)
+    lat = HostSimulation(p, arrivals=3000, cores=1, seed=4, warmup=0.0).run(1.0)[1:]  # a request a second
+    assert set(np.round(lat).tolist()) == {1900.0, 2400.0, 3400.0}
+    for want in (1900.0, 2400.0, 3400.0):
+        assert np.mean(np.isclose(lat, want)) == pytest.approx(1 / 3, abs=0.04)
+    again = HostSimulation(p, arrivals=3000, cores=1, seed=4, warmup=0.0).run(1.0)[1:]
+    np.testing.assert_array_equal(lat, again)  # the draws are the seed's
+    p.cold_draws = np.zeros((0, 0))  # none measured: the medians
+    np.testing.assert_allclose(HostSimulation(p, arrivals=50, cores=1, warmup=0.0).run(1.0)[1:], 2400.0)
+
 
 def test_a_core_idle_longer_runs_the_next_task_slower():
     # factor 1 after no idle time, 2 after 10 us or more, interpolated between: the first

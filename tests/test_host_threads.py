@@ -29,14 +29,17 @@ TINY = str(ROOT / "traces" / "tiny-zipf.npz")
 NONE = np.zeros(0)
 
 
-def _run(arrivals, work, rate_of_k, workers, gap=NONE, factor=NONE, cpu_share=1.0, late=None, late_q=None):
-    """The kernel; no ``late``: one quantile of zeros."""
+def _run(arrivals, work, rate_of_k, workers, gap=NONE, factor=NONE, cpu_share=1.0, late=None, late_q=None,
+         cold_rows=None):
+    """The kernel; no ``late``: one quantile of zeros; ``factor`` one row or a table of them."""
     n = len(arrivals)
     latency, busy = np.empty(n), np.empty(workers + 1)
     late = np.zeros((workers + 1, 1)) if late is None else np.asarray(late, float)
     late_q = np.zeros(n, np.int64) if late_q is None else np.asarray(late_q, np.int64)
+    rows = np.zeros(n, np.int64) if cold_rows is None else np.asarray(cold_rows, np.int64)
+    table = np.atleast_2d(np.asarray(factor, float))
     last = simulate_threads(np.asarray(arrivals, float), np.asarray(work, float), np.asarray(rate_of_k, float),
-                            np.int64(workers), gap, factor, cpu_share, late, late_q, latency, busy)
+                            np.int64(workers), gap, table, cpu_share, late, late_q, rows, latency, busy)
     return latency, busy, last
 
 
@@ -50,15 +53,17 @@ def _run(arrivals, work, rate_of_k, workers, gap=NONE, factor=NONE, cpu_share=1.
 def test_the_kernel_matches_the_reference(gaps, work, rates, workers, cold, cpu_share, late, seed):
     arrivals = np.cumsum(np.asarray(gaps, dtype=np.float64))
     rate_of_k = np.asarray([1.0] + rates[:workers], dtype=np.float64) / 10.0
-    gap, factor = (np.array([0.0, 20.0]), np.array([1.0, 2.0])) if cold else (NONE, NONE)
+    # a cold process: a row of factors drawn per arrival, of three
+    gap, factor = (np.array([0.0, 20.0]), np.array([[1.0, 1.5], [1.0, 2.0], [1.0, 3.0]])) if cold else (NONE, NONE)
+    rows = np.random.default_rng([seed, 1]).integers(0, 3, len(gaps))
     # per k (rows) three quantiles of lateness; each arrival draws an index
     late_t = None if late is None else np.asarray(late, float)[: 3 * (workers + 1)].reshape(workers + 1, 3)
     if late_t is not None:
         late_t[0] = 0.0  # an idle process: the arrival's own thread is the only one
     lq = np.random.default_rng(seed).integers(0, 3, len(gaps))
     got, busy, last = _run(arrivals, work, rate_of_k, workers, gap, factor, cpu_share, late_t,
-                           None if late_t is None else lq)
-    want = reference_simulate(arrivals, work, rate_of_k, workers, gap, factor, cpu_share, late_t, lq)
+                           None if late_t is None else lq, rows)
+    want = reference_simulate(arrivals, work, rate_of_k, workers, gap, factor, cpu_share, late_t, lq, rows)
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-6)
     if late_t is None:  # else a latency also holds its thread's lateness, after its completion
         assert last == pytest.approx(float(np.max(arrivals + want)))

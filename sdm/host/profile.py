@@ -117,7 +117,10 @@ class RequestProfile:
     which the batch's parts on any number of devices follow. ``cold_gap_ns`` /
     ``cold_factor`` ``(G,)`` float64: a CPU task's time on a core idle ``cold_gap_ns[g]``
     before it is ``cold_factor[g]`` times its profiled time (interpolated; empty: 1,
-    measured on ``this-machine`` only). ``batch_after_ns`` ``(nb,)`` float64 (None: all 0):
+    measured on ``this-machine`` only): the median of the measured cold calls; ``cold_draws``
+    ``(S, G)`` float64 (empty: the medians alone): each gap's measured slowdowns, ascending
+    (row ``s`` the ``s``-th of ``S``), of which a simulated request draws one row
+    (:meth:`cold_table`). ``batch_after_ns`` ``(nb,)`` float64 (None: all 0):
     the embedding task's CPU time into which each batch's reads issue at the earliest, as
     the live store reaches them (:func:`_issue_points`); ``batch_cold_ns`` (None: as
     ``batch_after_ns``): how much of that time a cold core stretches, from
@@ -157,6 +160,7 @@ class RequestProfile:
     scm_block_ids: np.ndarray | None = None
     cold_gap_ns: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     cold_factor: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    cold_draws: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 0)))
     batch_after_ns: np.ndarray | None = None
     batch_cold_ns: np.ndarray | None = None
     cold_issue_share: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
@@ -166,6 +170,13 @@ class RequestProfile:
     @property
     def requests(self) -> int:
         return int(self.samples.shape[0])
+
+    def cold_table(self) -> np.ndarray:
+        """``(S, G)`` float64 cold-core factors, a row per draw (``sdm.kernels.hostsim``'s
+        ``cold_factor``): the measured draws, else the medians as one row."""
+        if self.cold_draws.shape[0] and self.cold_draws.shape[1] == self.cold_gap_ns.shape[0]:
+            return np.ascontiguousarray(self.cold_draws, dtype=np.float64)
+        return np.ascontiguousarray(self.cold_factor, dtype=np.float64).reshape(1, -1)
 
     @property
     def hit_rate(self) -> float:
@@ -212,8 +223,11 @@ class RequestProfile:
                 "reads_issue_after_us": self._issue_summary(),
                 "cold_extra_before": [{"warm_share": float(a), "extra_share": float(b)}
                                       for a, b in zip(self.cold_issue_share, self.cold_issue_extra)],
-                "cold_core": [{"idle_us": float(g) / 1e3, "cpu_factor": float(f)}
-                              for g, f in zip(self.cold_gap_ns, self.cold_factor)],
+                "cold_core": [{"idle_us": float(g) / 1e3, "cpu_factor": float(f),
+                               "cpu_factor_q10": float(np.quantile(draws, 0.1)),
+                               "cpu_factor_q90": float(np.quantile(draws, 0.9)),
+                               "cpu_factor_max": float(draws.max())}
+                              for g, f, draws in zip(self.cold_gap_ns, self.cold_factor, self.cold_table().T)],
                 "threads": None if self.threads is None else self.threads.to_json(),
                 "cpu_slots": None if self.threads is None else self.threads.cpu_slots,
                 "devices": [{"name": d.name, "group": d.group, "latency_us": d.latency_ns / 1e3,
@@ -399,15 +413,19 @@ def _timed_passes(one_pass) -> list:
 
 
 def _measure_cold(st, bags, emb_ns, issues) -> tuple:
-    """``(idle_ns (G + 1,), factor (G + 1,), share (K,), extra (K,))`` float64: how much
-    longer a request's ``embedding_bags`` takes in thread CPU time when this thread slept
-    before it, and where that extra time falls.
+    """``(idle_ns (G + 1,), factor (G + 1,), share (K,), extra (K,), draws (S, G + 1))``
+    float64: how much longer a request's ``embedding_bags`` takes in thread CPU time when
+    this thread slept before it, and where that extra time falls.
 
     The trace is served in order once per gap of :data:`_COLD_GAPS_MS` (:data:`_COLD_ROUNDS`
     rounds, the gaps' order reversed every other round), sleeping that long before each of
     :data:`_COLD_REQUESTS` requests spread over it; a gap's factor is the median of their CPU
     time over the same request's warm median ``emb_ns``, at the median idle time measured
-    (from the end of the previous call to the start of this one). In order, so that each
+    (from the end of the previous call to the start of this one); ``draws[:, g]`` are all
+    of them, ascending (``S`` = :data:`_COLD_REQUESTS` x :data:`_COLD_ROUNDS` at most). A
+    request's slowdown after the same gap varies: for ``sdm-nand`` paced on the Zen 4 VM, after
+    10 ms its q10, q50, q90 and max were 1.46, 1.66, 2.20 and 2.40, so the median alone leaves
+    the tail of a lightly loaded host short (bench/RESULTS.md). In order, so that each
     timed request meets the cache in the state the warm passes served it in: with misses,
     a request served out of turn hits and misses other rows (served so, the 4 MiB-cache
     case of bench/validate_host.sh measured factors of 0.54-1.03 on the AMD EPYC VM). Gap 0
@@ -454,9 +472,10 @@ def _measure_cold(st, bags, emb_ns, issues) -> tuple:
                                for (_, share), (_, at) in zip(issues[i], log)]
     gap_ns = [0.0] + [float(np.median(idle[g])) for g in _COLD_GAPS_MS]
     factor = [1.0] + [float(np.median(ratios[g])) for g in _COLD_GAPS_MS]
+    draws = np.column_stack([np.ones(len(ratios[_COLD_GAPS_MS[0]]))] + [np.sort(ratios[g]) for g in _COLD_GAPS_MS])
     order = np.argsort(gap_ns, kind="stable")  # np.interp needs the gaps ascending
     share, extra = _extra_curve(points)
-    return np.asarray(gap_ns)[order], np.asarray(factor)[order], share, extra
+    return np.asarray(gap_ns)[order], np.asarray(factor)[order], share, extra, draws[:, order]
 
 
 def _extra_curve(points, bins: int = 10) -> tuple:
@@ -641,12 +660,12 @@ def _mlp_cpu(st, reqs, emb, model, seed, fit_model, *, overlap: bool) -> tuple:
 def _measure_cpu(tr, store_path, config, request_size, model, seed, fit_model=False, cold=False,
                  served="modeled"):
     """``(emb_ns (R,), live hits or None, bottom ns/sample, top ns/sample, (cold idle ns,
-    cold factor, extra share, extra curve), issue points, CPU ns per direct read)`` over a live store
+    cold factor, extra share, extra curve, cold draws), issue points, CPU ns per direct read)`` over a live store
     (modeled IO): after a warm pass, each request's ``embedding_bags`` timed in thread CPU
     time in passes over the trace for at least :data:`_TIMED_S` (:func:`_timed_passes`),
     keeping its median (hits counted in the first pass); where its reads issue
     (:func:`_issue_points`); with ``cold``, then how much a core
-    idle before a request slows it (:func:`_measure_cold`; else four empty arrays); with a
+    idle before a request slows it (:func:`_measure_cold`; else five empty arrays); with a
     model, its MLPs (:func:`_mlp_cpu`).
 
     ``served="paced"``: the requests' CPU time (``emb_ns``) and the MLPs' are then timed
@@ -684,7 +703,7 @@ def _measure_cpu(tr, store_path, config, request_size, model, seed, fit_model=Fa
         emb = _emb_cpu(st, bags, first)
         live = first[1]["hits"] - first[0]["hits"] if first[1].get("kind") == "cache" else None
         issues = _issue_points(st, bags)
-        slowed = _measure_cold(st, bags, emb, issues) if cold else (np.zeros(0),) * 4
+        slowed = _measure_cold(st, bags, emb, issues) if cold else (np.zeros(0),) * 4 + (np.zeros((0, 0)),)
         if served != "paced":
             bottom, top = _mlp_cpu(st, reqs, emb, model, seed, fit_model, overlap=False)
     read_cpu = (0.0, 0)
@@ -800,5 +819,5 @@ def build_profile(trace, config="sdm-nand", host="this-machine", *, model: str |
                  for d in batches[5]],
         bottom_ns_per_sample=bottom / speed, top_ns_per_sample=top / speed,
         scm_block_ptr=batches[6], scm_block_ids=batches[7], cold_gap_ns=cold[0], cold_factor=cold[1],
-        batch_after_ns=after / speed, batch_cold_ns=stretched / speed, cold_issue_share=share,
+        cold_draws=cold[4], batch_after_ns=after / speed, batch_cold_ns=stretched / speed, cold_issue_share=share,
         cold_issue_extra=extra, threads=curve)

@@ -162,7 +162,11 @@ class HostSimulation:
         # each batch once the request's CPU work reaches it.
         after = p.batch_after_ns if p.batch_after_ns is not None else np.zeros(p.batch_qd.shape[0])
         cold = p.batch_cold_ns if p.batch_cold_ns is not None else after
-        self._machine = (np.bool_(p.io_mode == "paced"), after, cold, p.cold_gap_ns, p.cold_factor)
+        # A request on a cold core draws one of the measured slowdowns, the same for all its
+        # tasks, as one call measured them (the medians alone left the tail short)
+        self.cold_table = p.cold_table()
+        self.cold_row = np.random.default_rng([seed, 3]).integers(0, self.cold_table.shape[0], self.n)
+        self._machine = (np.bool_(p.io_mode == "paced"), after, cold, p.cold_gap_ns, self.cold_table)
         self.groups = _groups(profile)
         self.runs = 0  # simulations run so far
         self.threads = bool(threads)
@@ -197,16 +201,17 @@ class HostSimulation:
 
     def _thread_args(self) -> tuple:
         p = self.profile
-        return (self.work, self.rate_of_k, np.int64(self.workers), p.cold_gap_ns, p.cold_factor, self.cpu_share,
+        return (self.work, self.rate_of_k, np.int64(self.workers), p.cold_gap_ns, self.cold_table, self.cpu_share,
                 self.late)
 
     def _load_kernel(self) -> None:
         """Compile (or load) the kernel on one toy arrival, so no timed run pays for it."""
         if self.threads:
-            simulate_threads(np.zeros(1), *self._thread_args(), self.late_q[:1], np.empty(1), self.k_busy.copy())
+            simulate_threads(np.zeros(1), *self._thread_args(), self.late_q[:1], self.cold_row[:1], np.empty(1),
+                             self.k_busy.copy())
             return
         simulate_host(np.zeros(1), *self._args, np.int64(1), np.int64(0), np.zeros((1, 3)), np.zeros((1, 2)),
-                      *self._machine, np.empty(1), self.reads.copy(), self.busy.copy())
+                      *self._machine, self.cold_row[:1], np.empty(1), self.reads.copy(), self.busy.copy())
 
     # -- one rate ----------------------------------------------------------------------
 
@@ -216,11 +221,12 @@ class HostSimulation:
         self.runs += 1
         self.span_ns = max(float(arrivals[-1]), 1.0)
         if self.threads:
-            self.last_ns = simulate_threads(arrivals, *self._thread_args(), self.late_q, self.latency_ns, self.k_busy)
+            self.last_ns = simulate_threads(arrivals, *self._thread_args(), self.late_q, self.cold_row,
+                                            self.latency_ns, self.k_busy)
             return self.latency_ns
         self.last_ns = simulate_host(arrivals, *self._args, np.int64(self.cores),
                                      np.int64(self.workers), self.stall_ns, self.wake_ns, *self._machine,
-                                     self.latency_ns,
+                                     self.cold_row, self.latency_ns,
                                      self.reads, self.busy)
         return self.latency_ns
 

@@ -35,8 +35,10 @@ from it while it ran), and a request that blocks wakes late: one that finds a fr
 starts ``wake_ns[n, 0]`` after its arrival, and one that read from a device continues
 ``wake_ns[n, 1]`` after its last read (with ``overlap``, only if its embedding task ended
 before that read: otherwise the thread never slept). A task also runs slower on a core that
-was idle for a while before it: its time is multiplied by ``cold_factor`` interpolated at the
-core's idle time in ``cold_gap_ns`` (measured, :mod:`sdm.host.profile`; none: 1).
+was idle for a while before it: its time is multiplied by row ``cold_row[n]`` of
+``cold_factor`` interpolated at the core's idle time in ``cold_gap_ns`` (measured,
+:mod:`sdm.host.profile`: each row one of the measured cold calls' slowdowns, in order, so a
+request draws its own; none: 1).
 
 Cores take CPU tasks first come first served, one task per core at a time, the core idle
 the shortest time first (the warmest); a task of zero time needs no core and waits for none. Events are processed in time order, ties in the order they were made,
@@ -126,8 +128,8 @@ def _room(fifo, head, tail, more):
 @jit
 def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_ptr, batch_qd, sub_ptr,
                   sub_dev, sub_reads, dev_latency, dev_spacing, dev_read_cpu, dev_read_threads, cores, workers,
-                  stall_ns, wake_ns, overlap, batch_after_ns, batch_cold_ns, cold_gap_ns, cold_factor, latency_out,
-                  dev_reads_out,
+                  stall_ns, wake_ns, overlap, batch_after_ns, batch_cold_ns, cold_gap_ns, cold_factor, cold_row,
+                  latency_out, dev_reads_out,
                   dev_busy_out):
     """Run the host of this module's docstring over ``N`` arrivals.
 
@@ -157,9 +159,10 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
             on a warm core that batch ``b`` issues after at the earliest.
         batch_cold_ns: ``(nb,)`` float64 ns, with ``overlap``: how much of the task's time
             before batch ``b`` a cold core stretches (``batch_after_ns`` if evenly).
-        cold_gap_ns, cold_factor: ``(G,)`` float64, gaps ascending: a task on a core idle
-            ``g`` ns takes ``np.interp(g, cold_gap_ns, cold_factor)`` times its time; ``G = 0``:
-            no slowdown.
+        cold_gap_ns: ``(G,)`` float64, gaps ascending; ``G = 0``: no slowdown.
+        cold_factor: ``(S, G)`` float64: a task of arrival ``n`` on a core idle ``g`` ns
+            takes ``np.interp(g, cold_gap_ns, cold_factor[cold_row[n]])`` times its time.
+        cold_row: ``(N,)`` int64 in ``[0, S)``: each arrival's row of ``cold_factor``.
         latency_out: ``(N,)`` float64 out: completion minus arrival, ns.
         dev_reads_out: ``(D,)`` int64 out: reads each device served.
         dev_busy_out: ``(D + 2,)`` float64 out: ``[:D]`` each device's busy time, reads x
@@ -384,7 +387,7 @@ def simulate_host(arrivals, num_profiles, cpu_emb, cpu_bottom, cpu_top, batch_pt
                 r = n % num_profiles
                 cost = cpu_emb[r] if stage == 0 else (cpu_bottom[r] if stage == 1 else cpu_top[r])
                 if cold_gap_ns.shape[0] > 0:
-                    scale = np.interp(now - core_free_ns[core], cold_gap_ns, cold_factor)
+                    scale = np.interp(now - core_free_ns[core], cold_gap_ns, cold_factor[cold_row[n]])
                 cost = cost * scale + stall_ns[n, stage]
             dev_busy_out[n_dev] += cost
             size = _push(h_time, h_seq, h_kind, h_arg, size, seq, now + cost, _CPU_DONE, task * cores + core)

@@ -13,7 +13,8 @@ A request ``n`` arrives at ``arrivals[n]`` and is profiled request ``r = n % R``
 ``work[r]`` units. At most ``workers`` are in service; the others wait first come first
 served. A request that starts while none is in service, after the process was idle ``g`` ns,
 takes ``1 + cpu_share x (f - 1)`` times its work, ``f = interp(g, cold_gap_ns,
-cold_factor)``: the profile's cold-core factors stretch CPU time, and ``cpu_share`` of a
+cold_factor[cold_row[n]])``: the profile's cold-core factors (a row drawn per request)
+stretch CPU time, and ``cpu_share`` of a
 request served alone is CPU (the rest is waiting on devices). With others in service the
 process is warm. Ties: an arrival at the instant of a completion is taken first. A run is a deterministic function of its inputs.
 
@@ -34,7 +35,7 @@ __all__ = ["simulate_threads"]
 
 @jit
 def simulate_threads(arrivals, work, rate_of_k, workers, cold_gap_ns, cold_factor, cpu_share, late, late_q,
-                     latency_out, busy_out):
+                     cold_row, latency_out, busy_out):
     """Run the server of this module's docstring over ``N`` arrivals.
 
     Args:
@@ -43,11 +44,13 @@ def simulate_threads(arrivals, work, rate_of_k, workers, cold_gap_ns, cold_facto
         rate_of_k: ``(W + 1,)`` float64 > 0 from index 1: requests per ns the process
             completes with ``k`` in service (index 0 unused).
         workers: ``W >= 1``, threads: requests in service at once at most.
-        cold_gap_ns, cold_factor: ``(G,)`` float64, gaps ascending (``G = 0``: no slowdown).
+        cold_gap_ns: ``(G,)`` float64, gaps ascending (``G = 0``: no slowdown).
+        cold_factor: ``(S, G)`` float64: the factors of row ``s`` at each gap.
         cpu_share: float in [0, 1]: the CPU share of a request served alone.
         late: ``(W + 1, P)`` float64 >= 0 ns: a waking worker's lateness with ``k`` others
             holding a worker, by quantile index (row 0: an idle process).
         late_q: ``(N,)`` int64 in ``[0, P)``: each arrival's index into ``late``.
+        cold_row: ``(N,)`` int64 in ``[0, S)``: each arrival's row of ``cold_factor``.
         latency_out: ``(N,)`` float64 out: completion minus arrival, ns.
         busy_out: ``(W + 1,)`` float64 out: ns spent with ``k`` requests in service.
 
@@ -97,7 +100,8 @@ def simulate_threads(arrivals, work, rate_of_k, workers, cold_gap_ns, cold_facto
         while k < workers and started < arrived:
             w = work[started % n_prof]
             if k == 0 and cold_gap_ns.shape[0] > 0:
-                w *= 1.0 + cpu_share * (np.interp(now - idle_since, cold_gap_ns, cold_factor) - 1.0)
+                f = np.interp(now - idle_since, cold_gap_ns, cold_factor[cold_row[started]])
+                w *= 1.0 + cpu_share * (f - 1.0)
             # a worker free at the arrival was waiting for it; one taking a queued request
             # goes straight on
             rem[k], who[k] = w, started
