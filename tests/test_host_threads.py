@@ -235,6 +235,23 @@ def test_a_cold_core_stretches_the_profiled_cpu_not_the_process_cpu():
     np.testing.assert_allclose(lat, 102e6, rtol=1e-9)
 
 
+def test_a_lone_thread_request_draws_a_rank_among_the_measured_slowdowns():
+    """As in the cores-and-devices simulation: requests far apart each find the process
+    idle and take the 1.5x, 2x or 3x cold call, a third of the time each (their CPU share is
+    all of them here: 1 ms at 1,000/s alone), the same for a seed; the median 2x without draws."""
+    p = _threaded([1000.0, 1000.0])
+    p.cpu_emb_ns = np.full(2, 1e6)
+    p.cold_gap_ns, p.cold_factor = np.array([0.0, 1e9]), np.array([1.0, 2.0])
+    p.cold_draws = np.array([[1.0, 1.5], [1.0, 2.0], [1.0, 3.0]])
+    lat = HostSimulation(p, arrivals=3000, workers=2, threads=True, seed=2).run(0.001)[1:]
+    for want in (1.5e6, 2e6, 3e6):
+        assert np.mean(np.isclose(lat, want)) == pytest.approx(1 / 3, abs=0.04)
+    again = HostSimulation(p, arrivals=3000, workers=2, threads=True, seed=2).run(0.001)[1:]
+    np.testing.assert_array_equal(lat, again)
+    p.cold_draws = np.zeros((0, 0))
+    np.testing.assert_allclose(HostSimulation(p, arrivals=50, workers=2, threads=True).run(0.001)[1:], 2e6)
+
+
 def test_thread_workers_need_a_curve_long_enough():
     p = _threaded([500.0, 800.0])
     with pytest.raises(InvalidArgumentError, match="workers"):

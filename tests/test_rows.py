@@ -42,3 +42,11 @@ def test_take_rows_refuses_a_position_out_of_range(bad):
     out = np.zeros((3, 8), dtype=np.uint8)
     with pytest.raises(IndexError, match=f"row position {bad} is out of range for 10 rows"):
         take_rows(table, np.array([1, bad, 2], dtype=np.int64), out)
+
+
+def test_take_rows_refuses_an_out_of_another_shape_or_dtype():
+    table = np.ones((10, 8), dtype=np.uint8)
+    pos = np.array([1, 2, 3], dtype=np.int64)
+    for out in (np.zeros((2, 8), np.uint8), np.zeros((3, 4), np.uint8), np.zeros((3, 8), np.float32)):
+        with pytest.raises(ValueError, match=r"out must be \(3, 8\) uint8"):
+            take_rows(table, pos, out)

@@ -119,8 +119,9 @@ class RequestProfile:
     before it is ``cold_factor[g]`` times its profiled time (interpolated; empty: 1,
     measured on ``this-machine`` only): the median of the measured cold calls; ``cold_draws``
     ``(S, G)`` float64 (empty: the medians alone): each gap's measured slowdowns, ascending
-    (row ``s`` the ``s``-th of ``S``), of which a simulated request draws one row
-    (:meth:`cold_table`). ``batch_after_ns`` ``(nb,)`` float64 (None: all 0):
+    (row ``s`` the ``s``-th smallest at every gap), of which a simulated request draws one
+    row (:meth:`cold_table`); where present they, not ``cold_factor``, are simulated, so an
+    edit of one must edit the other (or clear the draws). ``batch_after_ns`` ``(nb,)`` float64 (None: all 0):
     the embedding task's CPU time into which each batch's reads issue at the earliest, as
     the live store reaches them (:func:`_issue_points`); ``batch_cold_ns`` (None: as
     ``batch_after_ns``): how much of that time a cold core stretches, from

@@ -11,7 +11,8 @@ The host's :class:`~sdm.host.platform.PlatformNoise` (``this-machine``'s is meas
 stalls to each arrival's CPU tasks and wake-ups to its start and its last device wait, drawn
 once per simulation from their own seeded stream, so every rate sees the same ones. The
 profile's cold-core factors (measured on ``this-machine``) slow a task on a core idle before
-it; with a ``paced`` profile a request's reads start with its embedding task, each batch
+it, each arrival drawing its rank among the measured slowdowns once, from its own seeded
+stream; with a ``paced`` profile a request's reads start with its embedding task, each batch
 once the task's CPU work reaches it (the profile's issue points), as the live paced store
 issues them and waits once at the request's end.
 
@@ -162,8 +163,9 @@ class HostSimulation:
         # each batch once the request's CPU work reaches it.
         after = p.batch_after_ns if p.batch_after_ns is not None else np.zeros(p.batch_qd.shape[0])
         cold = p.batch_cold_ns if p.batch_cold_ns is not None else after
-        # A request on a cold core draws one of the measured slowdowns, the same for all its
-        # tasks, as one call measured them (the medians alone left the tail short)
+        # A request on a cold core draws a rank among the measured slowdowns (a row of the
+        # table: the s-th smallest at every gap), the same for all its tasks; the medians
+        # alone left the tail of a lightly loaded host short
         self.cold_table = p.cold_table()
         self.cold_row = np.random.default_rng([seed, 3]).integers(0, self.cold_table.shape[0], self.n)
         self._machine = (np.bool_(p.io_mode == "paced"), after, cold, p.cold_gap_ns, self.cold_table)

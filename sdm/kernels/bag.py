@@ -99,6 +99,10 @@ def bits_to_float(u):
     return np.array([int(u) & 0xFFFFFFFF], dtype=np.uint32).view(np.float32)[0]
 
 
+def prefetch_line(table, row, byte):
+    """Hint the CPU to fetch the line holding byte ``byte`` of ``table[row]`` (a no-op in Python)."""
+
+
 @intrinsic
 def _prefetch_line(typingctx, table, row, byte):
     if not isinstance(table, types.Array):
@@ -172,6 +176,11 @@ def _bits_to_float(typingctx, u):
     return types.float32(u), codegen
 
 
+@overload(prefetch_line)
+def _ol_prefetch_line(table, row, byte):
+    return lambda table, row, byte: _prefetch_line(table, row, byte)
+
+
 @overload(prefetch_row)
 def _ol_prefetch_row(table, row, nbytes):
     # The first and the last line: all of a row up to 128 bytes wherever it starts; longer rows
@@ -189,8 +198,8 @@ def _prefetch_bag_row(table, row, nbytes, every_line):
     ``_EVERY_LINE_BYTES`` long (the row may start anywhere in a line: its last byte too)."""
     if every_line and nbytes <= _EVERY_LINE_BYTES:
         for byte in range(0, nbytes - 1, 64):
-            _prefetch_line(table, row, byte)
-        _prefetch_line(table, row, nbytes - 1)
+            prefetch_line(table, row, byte)
+        prefetch_line(table, row, nbytes - 1)
     else:
         prefetch_row(table, row, nbytes)
 

@@ -40,8 +40,9 @@ def table_size_for(max_entries: int, spread: int = 2) -> int:
 def make_hashmap_state(max_entries: int, spread: int = 2) -> np.ndarray:
     """A new empty map for up to ``max_entries`` keys: ``(2 * size,)`` int64, all EMPTY.
 
-    ``spread`` >= 2 is the inverse of the largest load factor; caches use 4 (shorter
-    probes and deletion shifts, measured ~15-20% faster replay), whole-trace maps 2."""
+    ``spread`` >= 2 is the inverse of the largest load factor; caches use 8 or 4 by their
+    size (shorter probes and deletion shifts: ``sdm.kernels.policies._map_spread``),
+    whole-trace maps 2."""
     return huge_full(2 * table_size_for(max_entries, spread), EMPTY, np.int64)  # probed at random
 
 

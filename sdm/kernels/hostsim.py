@@ -37,8 +37,8 @@ starts ``wake_ns[n, 0]`` after its arrival, and one that read from a device cont
 before that read: otherwise the thread never slept). A task also runs slower on a core that
 was idle for a while before it: its time is multiplied by row ``cold_row[n]`` of
 ``cold_factor`` interpolated at the core's idle time in ``cold_gap_ns`` (measured,
-:mod:`sdm.host.profile`: each row one of the measured cold calls' slowdowns, in order, so a
-request draws its own; none: 1).
+:mod:`sdm.host.profile`: row ``s`` holds the ``s``-th smallest measured slowdown at every
+gap, so each request draws its rank; none: 1).
 
 Cores take CPU tasks first come first served, one task per core at a time, the core idle
 the shortest time first (the warmest); a task of zero time needs no core and waits for none. Events are processed in time order, ties in the order they were made,

@@ -1,9 +1,9 @@
 """Row gather for a tier's batch reads: ``out[i] = table[pos[i]]`` with the rows prefetched.
 
 A cache's misses are read from the tier below as one batch of rows at scattered positions of
-a table far larger than the CPU's caches (an mmap'd SCM row file, a DRAM tier's table), each
-row a DRAM miss and, outside huge pages, a TLB miss. ``np.take`` reads them one after the
-other; this loop fetches the row ``_AHEAD`` positions ahead (every line of it, as the pooled
+a table far larger than the CPU's caches (the mmap tier's SCM row file), each row a DRAM miss
+and, outside huge pages, a TLB miss. ``np.take`` reads them one after the other; this loop
+fetches the row ``_AHEAD`` positions ahead (each line of a row up to 256 bytes, as the pooled
 gather's ``every_line`` variant does) while it copies the current one. Measured on the Zen 4
 VM (a ``/tmp`` harness, 4,500 ascending positions of a 500K x 256-byte page-cached row file,
 alternated, medians of 40): ``np.take`` 60-84 ns a row, this 36-47 (8, 16 and 32 ahead; 16
@@ -49,8 +49,12 @@ def take_rows(table: np.ndarray, pos: np.ndarray, out: np.ndarray) -> None:
         out: ``(k, w)`` array of ``table``'s dtype.
 
     Raises:
+        ValueError: ``out`` is not ``(k, w)`` of ``table``'s dtype (the kernel writes unchecked).
         IndexError: a position outside ``[0, n)``, naming it (the rows before it are copied).
     """
+    if out.shape != (pos.shape[0], table.shape[1]) or out.dtype != table.dtype:
+        raise ValueError(f"out must be {(pos.shape[0], table.shape[1])} {table.dtype}, "
+                         f"got {out.shape} {out.dtype}")
     bad = _take(table, pos, out)
     if bad >= 0:
         raise IndexError(f"row position {int(pos[bad])} is out of range for {table.shape[0]} rows")

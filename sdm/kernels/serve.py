@@ -199,12 +199,12 @@ def probe_batch_for(policy: int):
                 counters[C_MISSES] += 1
                 is_miss[j] = True
                 if evicts:  # the next eviction's lines, fetched while later keys are probed
-                    _prefetch_next_victim(st, policy)
-                    v = next_victim_hint(st, policy)
-                    if v >= 0:
-                        prefetch_row(state, v, 1)
-                        prefetch_row(use, v, 1)
-                        prefetch_row(pins, v, 1)
+                    _prefetch_next_victim(st, policy)  # its map entry and link
+                    victim = next_victim_hint(st, policy)
+                    if victim >= 0:
+                        prefetch_row(state, victim, 1)
+                        prefetch_row(use, victim, 1)
+                        prefetch_row(pins, victim, 1)
                 if s < 0:
                     counters[C_REJECTED] += 1
                     ptr[j] = scratch

@@ -199,7 +199,7 @@ class MmapTier(Tier):
                 raise Damaged(f"truncated while open: {size} bytes, expected {rf.size}")
             if rf.unchecked:
                 rf.check_positions(pos)
-            take_rows(rf.rows, pos, out)  # each row prefetched ahead: 1.6x np.take (sdm.kernels.rows)
+            take_rows(rf.rows, pos, out)  # each row prefetched ahead (sdm.kernels.rows: 1.3-2.3x np.take)
 
         self._repaired(layout, read, built_version)
         self._rows += len(ids)
