@@ -48,8 +48,7 @@ from sdm.kernels.jit import jit
 from sdm.kernels.bag import prefetch_row
 from sdm.kernels.hashmap import _home, hm_find
 from sdm.kernels.policies import (ADM_TINYLFU, CLOCK, FIFO, LRU, M_FLYING, NEVER, RANDOM, S3FIFO, SIEVE,
-                                  _prefetch_next_victim, access_one, flying, hit_one,
-                                  next_victim_hint)
+                                  access_one, flying, hit_one, prefetch_next_victim)
 
 
 #: A cache key is ``table_id << TABLE_SHIFT | row id`` (row ids are < 2**48, TableSpec's limit),
@@ -109,7 +108,6 @@ def probe_batch_for(policy: int):
     policy = int(policy)
     lists = policy == LRU
     bits = policy == CLOCK or policy == SIEVE or policy == S3FIFO
-    evicts = policy == LRU or policy == FIFO or policy == SIEVE  # next_victim_hint knows its next victim
 
     # _nrt=False: without it every inlined access_one increfs and decrefs each array of the
     # policy state tuple (19 atomic pairs per key), measured 60x slower than the kernel itself.
@@ -198,13 +196,13 @@ def probe_batch_for(policy: int):
             else:
                 counters[C_MISSES] += 1
                 is_miss[j] = True
-                if evicts:  # the next eviction's lines, fetched while later keys are probed
-                    _prefetch_next_victim(st, policy)  # its map entry and link
-                    victim = next_victim_hint(st, policy)
-                    if victim >= 0:
-                        prefetch_row(state, victim, 1)
-                        prefetch_row(use, victim, 1)
-                        prefetch_row(pins, victim, 1)
+                # the next eviction's lines, fetched while later keys are probed: its map entry
+                # and link, then what the victim choice reads (-1: the policy cannot tell yet)
+                victim = prefetch_next_victim(st, policy)
+                if victim >= 0:
+                    prefetch_row(state, victim, 1)
+                    prefetch_row(use, victim, 1)
+                    prefetch_row(pins, victim, 1)
                 if s < 0:
                     counters[C_REJECTED] += 1
                     ptr[j] = scratch
