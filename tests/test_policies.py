@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import sdm
 from sdm.kernels.jit import jit
 from sdm.errors import InvalidArgumentError
+from sdm.kernels import policies as K
 from sdm.kernels.policies import NEVER, access_one
 from sdm.policies import Admission, Cache, simulate
 
@@ -329,6 +330,37 @@ def test_random_operations_keep_invariants(policy, admission):
             k = next(iter(pinned))
             cache.unpin([pinned.pop(k)])
         cache.check_invariants()
+
+
+@pytest.mark.parametrize("admission", [None, "threshold", "tinylfu"])
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), capacity=capacities)
+def test_the_live_caches_lru_log_decides_as_the_list(admission, seed, capacity):
+    """A guarded (live) cache runs LRU on a recency log (LRU_LOG); under accesses, removals
+    and pins in any order it must give the list's every hit, slot and eviction. Small caches
+    and long requests compact the log often."""
+    rng = np.random.default_rng(seed)
+    logged = Cache(capacity, "lru", admission=admission, guarded=True)
+    listed = Cache(capacity, "lru", admission=admission)
+    assert (logged._code, listed._code) == (K.LRU_LOG, K.LRU) and logged.policy == "lru"
+    for _ in range(60):
+        op = rng.integers(0, 10)
+        if op < 7:
+            keys = rng.integers(0, 3 * capacity, int(rng.integers(1, 30)))
+            for a, b in zip(logged.access(keys), listed.access(keys)):
+                np.testing.assert_array_equal(a, b)
+        elif op < 8:
+            keys = rng.integers(0, 3 * capacity, 3)
+            np.testing.assert_array_equal(logged.remove(keys), listed.remove(keys))
+        else:
+            occupied = np.flatnonzero(listed.slot_keys() >= 0)
+            if occupied.size:
+                s = [int(rng.choice(occupied))]
+                for cache in (logged, listed):
+                    cache.pin(s) if op == 8 else cache.unpin(s)
+        np.testing.assert_array_equal(logged.slot_keys(), listed.slot_keys())
+        logged.check_invariants()
+    assert logged.stats() == listed.stats()
 
 
 @functools.lru_cache(maxsize=None)

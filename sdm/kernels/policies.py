@@ -18,6 +18,17 @@ ids: ``prev`` points toward the head (newest), ``next`` toward the tail (oldest)
 libCacheSim. FIFO and CLOCK use the slot ring itself (a hand over slots ``0..c-1``), which
 is the same order as a linked FIFO with reinsertion as long as no key is removed by hand.
 
+The live cache runs LRU as :data:`LRU_LOG`, a recency log in place of the list (state
+arrays 21 and 22): every access appends its slot, and the slot's position records its one
+live entry; older entries of the slot go stale and are dropped when the victim scan passes
+them or the log is compacted. A hit so writes one slot's position and appends to the log,
+where moving a slot to the list's head rewrote both its neighbours' links: lines at random in
+a cache of millions of slots. And a batch's hits may tie (:func:`hit_tied`), which
+the victim scan orders by key, the order in which the simulator replays a batch's distinct
+keys; so the live cache may serve a batch of hits in any order. Its decisions are the list's.
+The simulator keeps the list: its caches' state sits in L2, where the log's extra entries
+cost more than the list's moves (bench/RESULTS.md).
+
 All kernels trust their inputs (keys >= 0, slots in range); :mod:`sdm.policies` validates.
 """
 
@@ -37,6 +48,9 @@ from sdm.kernels.hashmap import (_home, hm_delete, hm_entry, hm_find, hm_insert,
 
 POLICY_NAMES = ("lru", "fifo", "clock", "lfu", "sieve", "s3fifo", "arc", "random", "belady")
 LRU, FIFO, CLOCK, LFU, SIEVE, S3FIFO, ARC, RANDOM, BELADY = range(9)
+# LRU on a recency log (module docstring): the code :class:`sdm.policies.Cache` gives a
+# guarded (live) cache for "lru". Not a name of its own: it decides exactly as LRU does.
+LRU_LOG = 9
 ADMISSION_NAMES = ("none", "threshold", "tinylfu")
 ADM_NONE, ADM_THRESHOLD, ADM_TINYLFU = range(3)
 
@@ -54,6 +68,9 @@ M_SMALL_CAP, M_MAIN_CAP, M_GHOST_CAP, M_NGFREE, M_HEAPN, M_FLAG, M_THRESH = rang
 # names one of the meta[M_FLYING] epochs in state array 20 is held like a pinned one.
 M_FLYING = 15
 M_HITS, M_MISSES, M_EVICTIONS, M_REJECTS = 32, 33, 34, 35
+# LRU_LOG's recency log: its first entry not yet dropped, the next free entry, and where the ties
+# are not yet ordered by key (every entry before it is in recency order).
+M_LOG_HEAD, M_LOG_TAIL, M_LOG_ORDERED = 36, 37, 38
 Q_BASE = 16  # resident queue q: head, tail, length at 16 + 3q
 G_BASE = 24  # ghost queue q: head, tail, length at 24 + 3q
 META_LEN = 40
@@ -154,6 +171,12 @@ def make_cache_state(capacity: int, policy: int, *, seed: int = 0, small_ratio: 
         np.arange(g - 1, -1, -1, dtype=np.int32),   # 18 ghost free stack
         huge_full(c if guarded else 1, -1, np.int64),  # 19 use stamp of slot (guarded only)
         np.zeros(64 if guarded else 1, dtype=np.int64),     # 20 epochs in flight (guarded only)
+        huge_zeros(c if policy == LRU_LOG else 1, np.int64),  # 21 LRU_LOG: 1 + log position of slot (0: none)
+        # 22 LRU_LOG's recency log, oldest first: entry = slot << 1 | tied with the entry before
+        # it. Four times the slots: a compaction (at most c live entries) frees 3/4 of it, and
+        # checks each entry's slot, so 4/3 checks an append; at twice the slots 2 checks, and
+        # hit_tied cost 12-13 ns a hit against 8.6 (407K slots, all live; Zen 4).
+        huge_zeros(4 * c if policy == LRU_LOG else 1, np.uint32),
     )
 
 
@@ -226,6 +249,121 @@ def _unlink(meta, base, prev, nxt, s):
     prev[s] = -1
     nxt[s] = -1
     meta[base + 2] -= 1
+
+
+# --------------------------------------------------------------------------- LRU_LOG's recency log
+
+
+@jit(_nrt=False, inline='always')
+def _log_slot(log, i):
+    return np.int64(log[i]) >> 1
+
+
+@jit(_nrt=False)
+def _log_compact(meta, pos, log):
+    """Move the log's live entries, in order, to its start, dropping the stale ones; returns
+    the new tail. A live entry stays tied to the live one before it when every entry between
+    them was tied to its own predecessor (one batch's hits)."""
+    head = meta[M_LOG_HEAD]
+    tail = meta[M_LOG_TAIL]
+    ordered = meta[M_LOG_ORDERED]
+    k = 0
+    kept_ordered = 0
+    chain = False  # every entry since the last one kept is tied to its predecessor
+    for i in range(head, tail):
+        if i + 64 < tail:  # 4.9 ns an entry against 5.4 at 16 ahead (407K slots; Zen 4)
+            prefetch_row(pos, _log_slot(log, i + 64), 8)
+        e = np.int64(log[i])
+        chain = chain and (e & 1) == 1
+        s = e >> 1
+        if pos[s] == i + 1:
+            log[k] = np.uint32((s << 1) | (1 if chain else 0))
+            pos[s] = k + 1
+            k += 1
+            if i < ordered:
+                kept_ordered = k
+            chain = True
+    meta[M_LOG_HEAD] = 0
+    meta[M_LOG_TAIL] = k
+    meta[M_LOG_ORDERED] = kept_ordered
+    return k
+
+
+@jit(_nrt=False, inline='always')
+def _log_append(meta, pos, log, s):
+    """Slot ``s`` becomes the most recent."""
+    tail = meta[M_LOG_TAIL]
+    if tail == log.shape[0]:
+        # at most c entries are live (s's old one included), so 3/4 of the log frees
+        tail = _log_compact(meta, pos, log)
+    log[tail] = np.uint32(s << 1)
+    pos[s] = tail + 1
+    meta[M_LOG_TAIL] = tail + 1
+
+
+@jit(_nrt=False, inline='always')
+def _key_after(skey, log, a, b):
+    return skey[_log_slot(log, a)] > skey[_log_slot(log, b)]
+
+
+@jit(_nrt=False, inline='always')
+def _sift_down(skey, log, base, root, end):
+    while True:
+        child = 2 * (root - base) + 1 + base
+        if child >= end:
+            return
+        if child + 1 < end and _key_after(skey, log, child + 1, child):
+            child += 1
+        if not _key_after(skey, log, child, root):
+            return
+        e = log[root]
+        log[root] = log[child]
+        log[child] = e
+        root = child
+
+
+@jit(_nrt=False)
+def _log_order_ties(meta, pos, log, skey, i):
+    """Order the entries tied with entry ``i`` (one batch's hits) by key, the least recent
+    first, as the simulator replays a batch's distinct keys; the stale ones among them are
+    dropped. Every entry before the group's end is then in recency order (M_LOG_ORDERED)."""
+    tail = meta[M_LOG_TAIL]
+    j = i + 1
+    while j < tail and (log[j] & 1) == 1:
+        j += 1
+    meta[M_LOG_ORDERED] = j
+    k = i
+    for m in range(i, j):  # the live entries to the front; the rest of [k, j) is stale
+        s = _log_slot(log, m)
+        if pos[s] == m + 1:
+            log[k] = log[m]
+            pos[s] = k + 1
+            k += 1
+    for r in range(i + (k - i) // 2 - 1, i - 1, -1):  # heapsort by key, in place
+        _sift_down(skey, log, i, r, k)
+    for end in range(k - 1, i, -1):
+        e = log[i]
+        log[i] = log[end]
+        log[end] = e
+        _sift_down(skey, log, i, i, end)
+    for m in range(i, k):
+        s = _log_slot(log, m)
+        log[m] = np.uint32((s << 1) | (1 if m > i else 0))
+        pos[s] = m + 1
+
+
+def lru_order(st) -> np.ndarray:
+    """``(size,)`` int64: the resident slots of an :data:`LRU_LOG` cache state, least recent
+    first, the order its victim scan walks (a batch's tied hits by key). For tests and
+    debugging."""
+    meta, skey, pos, log = st[0], st[3], st[21], st[22]
+    head, tail = int(meta[M_LOG_HEAD]), int(meta[M_LOG_TAIL])
+    entries = log[head:tail].astype(np.int64)
+    slots = entries >> 1
+    live = pos[slots] == np.arange(head + 1, tail + 1)
+    group = np.cumsum((entries & 1) == 0)  # an untied entry starts a group
+    slots, group = slots[live], group[live]
+    return slots[np.lexsort((skey[slots], group))]
 
 
 # --------------------------------------------------------------------------- heap (min)
@@ -397,6 +535,16 @@ def _hit_lru(st, pol, s, t, nu):
 
 
 @jit(_nrt=False, inline='always')
+def _hit_lru_log(st, pol, s, t, nu):
+    meta = st[0]
+    pos = st[21]
+    log = st[22]
+    tail = meta[M_LOG_TAIL]
+    if pos[s] != tail or (log[tail - 1] & 1) == 1:  # else already the most recent, alone
+        _log_append(meta, pos, log, s)
+
+
+@jit(_nrt=False, inline='always')
 def _hit_none(st, pol, s, t, nu):
     pass
 
@@ -435,13 +583,15 @@ def _hit_belady(st, pol, s, t, nu):
 
 
 _ON_HIT = (_hit_lru, _hit_none, _hit_bit, _hit_lfu, _hit_bit, _hit_count, _hit_arc, _hit_none,
-           _hit_belady)  # indexed by policy code
+           _hit_belady, _hit_lru_log)  # indexed by policy code
 
 
 def _on_hit(st, pol, s, t, nu):
     """Promote / count slot ``s`` on a hit at time ``t`` (next use ``nu``: belady)."""
     if pol == LRU:
         _hit_lru(st, pol, s, t, nu)
+    elif pol == LRU_LOG:
+        _hit_lru_log(st, pol, s, t, nu)
     elif pol == CLOCK or pol == SIEVE:
         _hit_bit(st, pol, s, t, nu)
     elif pol == LFU:
@@ -507,7 +657,7 @@ def _pre_miss_arc(st, pol, key):
 
 
 _PRE_MISS = (_pre_miss_none, _pre_miss_none, _pre_miss_none, _pre_miss_none, _pre_miss_none,
-             _pre_miss_s3fifo, _pre_miss_arc, _pre_miss_none, _pre_miss_none)
+             _pre_miss_s3fifo, _pre_miss_arc, _pre_miss_none, _pre_miss_none, _pre_miss_none)
 
 
 def _pre_miss(st, pol, key):
@@ -573,6 +723,30 @@ def _tail_unpinned(st, meta, base, prev, pins):
 @jit(_nrt=False, inline='always')
 def _victim_lru(st, pol):
     return _tail_unpinned(st, st[0], Q_BASE, st[4], st[11])
+
+
+@jit(_nrt=False, inline='always')
+def _victim_lru_log(st, pol):
+    meta = st[0]
+    pins = st[11]
+    pos = st[21]
+    log = st[22]
+    tail = meta[M_LOG_TAIL]
+    i = meta[M_LOG_HEAD]
+    while i < tail and pos[_log_slot(log, i)] != i + 1:  # stale entries at the front go
+        i += 1
+    meta[M_LOG_HEAD] = i
+    while i < tail:
+        if i >= meta[M_LOG_ORDERED]:
+            if i + 1 < tail and (log[i + 1] & 1) == 1:
+                _log_order_ties(meta, pos, log, st[3], i)
+            else:
+                meta[M_LOG_ORDERED] = i + 1
+        s = _log_slot(log, i)
+        if pos[s] == i + 1 and not _held(st, pins, s):
+            return s
+        i += 1
+    return np.int64(-1)
 
 
 @jit(_nrt=False, inline='always')
@@ -710,13 +884,15 @@ def _victim_arc(st, pol):
 
 
 _VICTIM = (_victim_lru, _victim_fifo, _victim_clock, _victim_heap, _victim_sieve, _victim_s3fifo,
-           _victim_arc, _victim_random, _victim_heap)
+           _victim_arc, _victim_random, _victim_heap, _victim_lru_log)
 
 
 def _choose_victim(st, pol):
     """Slot to evict (all slots are occupied), or -1 if every candidate is held."""
     if pol == LRU:
         return _victim_lru(st, pol)
+    if pol == LRU_LOG:
+        return _victim_lru_log(st, pol)
     if pol == FIFO:
         return _victim_fifo(st, pol)
     if pol == CLOCK:
@@ -742,6 +918,15 @@ def _ol_choose_victim(st, pol):
 @jit(_nrt=False, inline='always')
 def _unlink_lru(st, pol, s, ghost):
     _unlink(st[0], Q_BASE, st[4], st[5], s)
+
+
+@jit(_nrt=False, inline='always')
+def _unlink_lru_log(st, pol, s, ghost):
+    meta = st[0]
+    pos = st[21]
+    if pos[s] == meta[M_LOG_HEAD] + 1:  # the victim scan's usual find: drop it at once
+        meta[M_LOG_HEAD] += 1
+    pos[s] = 0
 
 
 @jit(_nrt=False, inline='always')
@@ -780,7 +965,7 @@ def _unlink_heap(st, pol, s, ghost):  # LFU, BELADY
 
 
 _UNLINK = (_unlink_lru, _unlink_none, _unlink_none, _unlink_heap, _unlink_sieve, _unlink_s3fifo,
-           _unlink_arc, _unlink_none, _unlink_heap)
+           _unlink_arc, _unlink_none, _unlink_heap, _unlink_lru_log)
 
 
 def _unlink_slot(st, pol, s, ghost):
@@ -788,6 +973,8 @@ def _unlink_slot(st, pol, s, ghost):
     ``ghost`` (S3-FIFO small queue, ARC)."""
     if pol == LRU:
         _unlink_lru(st, pol, s, ghost)
+    elif pol == LRU_LOG:
+        _unlink_lru_log(st, pol, s, ghost)
     elif pol == SIEVE:
         _unlink_sieve(st, pol, s, ghost)
     elif pol == S3FIFO:
@@ -817,6 +1004,11 @@ def _evict(st, pol, s, ghost):
     st[6][s] = 0
     meta[M_SIZE] -= 1
     return key
+
+
+@jit(_nrt=False, inline='always')
+def _link_lru_log(st, pol, s, t, nu):
+    _log_append(st[0], st[21], st[22], s)
 
 
 @jit(_nrt=False, inline='always')
@@ -871,13 +1063,15 @@ def _link_none(st, pol, s, t, nu):  # RANDOM
 
 
 _LINK = (_link_list, _link_hand, _link_hand, _link_lfu, _link_list, _link_s3fifo, _link_arc,
-         _link_none, _link_belady)
+         _link_none, _link_belady, _link_lru_log)
 
 
 def _link_slot(st, pol, s, t, nu):
     """Put the newly filled slot ``s`` into the policy's order."""
     if pol == LRU or pol == SIEVE:
         _link_list(st, pol, s, t, nu)
+    elif pol == LRU_LOG:
+        _link_lru_log(st, pol, s, t, nu)
     elif pol == FIFO or pol == CLOCK:
         _link_hand(st, pol, s, t, nu)
     elif pol == LFU:
@@ -973,13 +1167,24 @@ def _threshold_admit(adm, key):
 
 @jit(_nrt=False, inline='always')
 def _next_victim_hint(st, pol):
-    """The slot the next eviction looks at first, or -1: the tail (LRU), the hand (FIFO,
-    SIEVE); -1 for the other policies, whose next victim is not known before it is chosen."""
+    """The slot the next eviction looks at first, or -1: the tail (LRU), the oldest live
+    entry of the log's first few (LRU_LOG), the hand (FIFO, SIEVE); -1 for the other
+    policies, whose next victim is not known before it is chosen."""
     meta = st[0]
     if pol == FIFO:
         return meta[M_HAND]
     if pol == LRU:
         return meta[Q_BASE + 1]
+    if pol == LRU_LOG:
+        pos = st[21]
+        log = st[22]
+        head = meta[M_LOG_HEAD]
+        end = min(head + 4, meta[M_LOG_TAIL])
+        for i in range(head, end):
+            s = _log_slot(log, i)
+            if pos[s] == i + 1:
+                return s
+        return np.int64(-1)
     if pol == SIEVE:
         v = meta[M_HAND]
         return meta[Q_BASE + 1] if v < 0 else v
@@ -992,16 +1197,16 @@ def prefetch_next_victim(st, pol):
     (the delete) and, for the lists, its link toward the head (the new tail); returns that
     victim's slot, or -1 (a caller may fetch more of its lines). The next miss
     comes a few requests later, so the lines arrive in time. LRU, FIFO and SIEVE only: their
-    next victim is known now (the tail, the hand). On bench_policies' trace (Zen 4, a loop
-    without outputs) LRU ran 8-10% faster, FIFO and SIEVE 2%; CLOCK, whose hand skips
-    referenced slots, not at all."""
+    next victim is known now (the tail or the log's oldest entry, the hand). On
+    bench_policies' trace (Zen 4, a loop without outputs) LRU ran 8-10% faster, FIFO and SIEVE
+    2%; CLOCK, whose hand skips referenced slots, not at all."""
     v = _next_victim_hint(st, pol)
     if v >= 0:
         k = st[3][v]
         if k >= 0:
             index = st[2]
             prefetch_row(index, 2 * _home(index, k), 16)
-        if pol != FIFO:
+        if pol == LRU or pol == SIEVE:
             prefetch_row(st[4], v, 1)
     return v
 
@@ -1090,6 +1295,28 @@ def hit_one(st, s, pol):
     meta[M_TIME] = t + 1
     meta[M_HITS] += 1
     _on_hit(st, pol, s, t, NEVER)
+
+
+@jit(_nrt=False, inline='always')
+def hit_tied(st, slots, u):
+    """Serve one batch's ``u`` distinct hits, on ``slots[:u]`` (int64), in an
+    :data:`LRU_LOG` cache, from inside another kernel: as :func:`hit_one` on each, but tied,
+    as recent as each other, so their order does not matter (the victim scan takes them by
+    key, as the simulator replays a batch). One pass, the log's tail kept in a register."""
+    meta = st[0]
+    pos = st[21]
+    log = st[22]
+    tail = meta[M_LOG_TAIL]
+    if tail + u > log.shape[0]:
+        # at most c entries are live, and u <= c: the compacted log has room for all u
+        tail = _log_compact(meta, pos, log)
+    for k in range(u):
+        s = slots[k]
+        log[tail + k] = np.uint32((s << 1) | (1 if k > 0 else 0))
+        pos[s] = tail + k + 1
+    meta[M_LOG_TAIL] = tail + u
+    meta[M_TIME] += u
+    meta[M_HITS] += u
 
 
 @functools.lru_cache(maxsize=None)

@@ -47,8 +47,8 @@ import functools
 from sdm.kernels.jit import jit
 from sdm.kernels.bag import prefetch_row
 from sdm.kernels.hashmap import _home, hm_find
-from sdm.kernels.policies import (ADM_TINYLFU, CLOCK, FIFO, LRU, M_FLYING, NEVER, RANDOM, S3FIFO, SIEVE,
-                                  access_one, flying, hit_one, prefetch_next_victim)
+from sdm.kernels.policies import (ADM_TINYLFU, CLOCK, FIFO, LRU_LOG, M_FLYING, NEVER, RANDOM, S3FIFO, SIEVE,
+                                  access_one, flying, hit_one, hit_tied, prefetch_next_victim)
 
 
 #: A cache key is ``table_id << TABLE_SHIFT | row id`` (row ids are < 2**48, TableSpec's limit),
@@ -58,16 +58,14 @@ TABLE_SHIFT = 48
 # Prefetch pipeline of the probe, in keys ahead: a probe of a cache this size takes a cache
 # miss for the key's hash-map entry, then one for each per-slot array it touches. The entry
 # of key j + _AHEAD_ENTRY is fetched; then key j + _AHEAD_SLOT is looked up (its entry
-# arrived meanwhile) and its slot's state, stamp and policy metadata are fetched; for LRU,
-# the list neighbours of key j + _AHEAD_LINKS's slot then (their links arrived meanwhile).
-# bench_hierarchy's lru probe, all hits: 21.0 ms a pass at 16 / 8 / 4, 18.9-19.3 at 32 / 16 / 8,
-# 19.8-20.3 at 64 / 32 / 16 (Zen 4).
+# arrived meanwhile) and its slot's state, stamp and policy metadata are fetched.
+# bench_hierarchy's lru probe, all hits, with a list for LRU: 21.0 ms a pass at 16 / 8 (and 4
+# for the list's neighbours), 18.9-19.3 at 32 / 16 / 8, 19.8-20.3 at 64 / 32 / 16 (Zen 4).
 _AHEAD_ENTRY = 32
 _AHEAD_SLOT = 16
-_AHEAD_LINKS = 8
-# A miss also fetches what the next miss's eviction reads (LRU, FIFO, SIEVE: the tail or the
-# hand is known now): the victim's map entry and list link (as the simulator's loop does) and
-# its state, stamp and pin count. bench_hierarchy's phases at a 0.52 hit rate, alternated:
+# A miss also fetches what the next miss's eviction reads (LRU, FIFO, SIEVE: the log's oldest
+# entry or the hand is known now): the victim's map entry and SIEVE's list link (as the
+# simulator's loop does) and its state, stamp and pin count. bench_hierarchy's phases at a 0.52 hit rate, alternated:
 # the lru probe 20.4-20.6 -> 16.5-16.9 ns a lookup, sieve 13.4-13.7 -> 10.2-10.4 (Zen 4).
 # The all-hit pass (hit_batch_for) walks lookups, not distinct keys: about one in five is a
 # batch's first sight of a row (a cache miss in the map; the repeats hit L2), so it fetches
@@ -88,10 +86,11 @@ _SEEN = 8
 _NOT_SEEN = 0xFF ^ _SEEN  # a positive mask: uint8 & -9 is an error in NumPy, so in NUMBA_DISABLE_JIT=1
 
 # Policies whose hit step gives the same state whatever order a batch's distinct hits come
-# in (a reference bit or count, or nothing), so the all-hit path may apply them in order of
-# first sight; LRU, LFU and ARC move or rank slots by order, so their batches are probed in
-# ascending key order (probe_batch_for), as the simulator replays them.
-_ORDER_FREE_HITS = (FIFO, CLOCK, SIEVE, S3FIFO, RANDOM)
+# in (a reference bit or count, or nothing; the live LRU's hits tied by hit_tied, which its
+# log orders by key when it evicts), so the all-hit path may apply them in order of first
+# sight; LFU and ARC move or rank slots by order, so their batches are probed in ascending
+# key order (probe_batch_for), as the simulator replays them.
+_ORDER_FREE_HITS = (LRU_LOG, FIFO, CLOCK, SIEVE, S3FIFO, RANDOM)
 
 
 @functools.lru_cache(maxsize=None)
@@ -106,7 +105,7 @@ def probe_batch_for(policy: int):
     took 80-115 s to compile.
     """
     policy = int(policy)
-    lists = policy == LRU
+    lru = policy == LRU_LOG
     bits = policy == CLOCK or policy == SIEVE or policy == S3FIFO
 
     # _nrt=False: without it every inlined access_one increfs and decrefs each array of the
@@ -148,11 +147,10 @@ def probe_batch_for(policy: int):
         # one array per statement: see the note on unpacking in sdm.kernels.policies
         meta = st[0]
         index = st[2]
-        prev = st[4]
-        nxt = st[5]
         pins = st[11]
         use = st[19]
         freq = st[6]
+        lru_pos = st[21]
         nfly = meta[M_FLYING]
         scratch = scratch_start
         n_waits = 0
@@ -166,18 +164,10 @@ def probe_batch_for(policy: int):
                 if a >= 0:
                     prefetch_row(state, a, 1)
                     prefetch_row(use, a, 1)
-                    if lists:
-                        prefetch_row(prev, a, 1)
-                        prefetch_row(nxt, a, 1)
+                    if lru:
+                        prefetch_row(lru_pos, a, 1)
                     elif bits:
                         prefetch_row(freq, a, 1)
-            if lists and j + _AHEAD_LINKS < n:  # an LRU hit also rewrites its list neighbours
-                a = hm_find(index, keys[j + _AHEAD_LINKS])
-                if a >= 0:
-                    if prev[a] >= 0:
-                        prefetch_row(nxt, prev[a], 1)
-                    if nxt[a] >= 0:
-                        prefetch_row(prev, nxt[a], 1)
             hit, s, _ = access_one(st, adm, keys[j], NEVER, policy)
             if hit:
                 counters[C_HITS] += 1
@@ -296,6 +286,8 @@ def hit_batch_for(policy: int):
             state[s] = v | _SEEN
         nfly = meta[M_FLYING]
         n_shared = 0
+        if policy == LRU_LOG:  # before the loop below reuses seen
+            hit_tied(st, seen, u)
         for k in range(u):  # the distinct slots in order of first sight
             s = seen[k]
             v = state[s] & _NOT_SEEN
@@ -303,7 +295,8 @@ def hit_batch_for(policy: int):
                 counters[C_PREFETCH_USED] += 1
                 v &= READY_BITS
             state[s] = v
-            hit_one(st, s, policy)
+            if policy != LRU_LOG:
+                hit_one(st, s, policy)
             if nfly > 0 and flying(st, use[s]):  # another batch in flight reads it: keep its stamp
                 pins[s] += 1
                 seen[n_shared] = s  # n_shared <= k: an entry already read

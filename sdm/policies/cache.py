@@ -143,6 +143,10 @@ class Cache:
         self._capacity = check_capacity(capacity)
         self._code = check_policy(policy)
         self._policy = POLICIES[self._code]
+        if guarded and self._code == K.LRU:
+            # the live cache's LRU: a recency log, whose hits cost a line where the list's
+            # cost three and may be served in any order (sdm.kernels.policies); same decisions
+            self._code = K.LRU_LOG
         ratios = [check_number(v, name, lo=0, hi=1, lo_open=True, hi_open=True)
                   for name, v in (("small_ratio", small_ratio), ("ghost_ratio", ghost_ratio))]
         move_to_main = check_int(move_to_main, "move_to_main", lo=1)
@@ -267,6 +271,16 @@ class Cache:
         slots = self.lookup(resident)
         if not np.array_equal(skey[slots], resident):
             raise AssertionError("id -> slot map disagrees with the slot table")
+        if self._code == K.LRU_LOG:
+            pos, log = st[21], st[22]
+            head, tail = meta[K.M_LOG_HEAD], meta[K.M_LOG_TAIL]
+            where = pos[skey >= 0] - 1
+            if not ((where >= head) & (where < tail)).all() or pos[skey < 0].any():
+                raise AssertionError("a resident slot has no live entry in the recency log, or a free one has")
+            if not np.array_equal(log[where].astype(np.int64) >> 1, np.flatnonzero(skey >= 0)):
+                raise AssertionError("recency log entries name other slots than their positions say")
+            if not 0 <= head <= tail <= log.shape[0]:
+                raise AssertionError(f"recency log bounds {head}, {tail} outside 0..{log.shape[0]}")
         if self._code in (K.LRU, K.SIEVE, K.S3FIFO, K.ARC):
             nq = meta[K.Q_BASE + 2] + meta[K.Q_BASE + 5]
             if nq != resident.size:
