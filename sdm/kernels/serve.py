@@ -65,8 +65,9 @@ _AHEAD_ENTRY = 32
 _AHEAD_SLOT = 16
 # A miss also fetches what the next miss's eviction reads (LRU, FIFO, SIEVE: the log's oldest
 # entry or the hand is known now): the victim's map entry and SIEVE's list link (as the
-# simulator's loop does) and its state, stamp and pin count. bench_hierarchy's phases at a 0.52 hit rate, alternated:
-# the lru probe 20.4-20.6 -> 16.5-16.9 ns a lookup, sieve 13.4-13.7 -> 10.2-10.4 (Zen 4).
+# simulator's loop does) and its state, stamp and pin count. bench_hierarchy's phases at a
+# 0.52 hit rate, alternated, with a list for LRU: the lru probe 20.4-20.6 -> 16.5-16.9 ns a
+# lookup, sieve 13.4-13.7 -> 10.2-10.4 (Zen 4).
 # The all-hit pass (hit_batch_for) walks lookups, not distinct keys: about one in five is a
 # batch's first sight of a row (a cache miss in the map; the repeats hit L2), so it fetches
 # further ahead to keep as many misses in flight. bench_hierarchy's sieve all-hit path: 1.63-1.66x
