@@ -363,6 +363,42 @@ def test_the_live_caches_lru_log_decides_as_the_list(admission, seed, capacity):
     assert logged.stats() == listed.stats()
 
 
+@jit(_nrt=False)
+def _hit_tied(st, slots):
+    K.hit_tied(st, slots, slots.shape[0])
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), capacity=capacities)
+def test_a_batch_of_tied_hits_decides_as_its_keys_in_order(seed, capacity):
+    """Batches of distinct keys: one that only hits is logged tied, its slots in any order
+    (hit_tied, as the live cache's one pass does); any other is served in ascending order.
+    The list, served every batch in ascending order, must make the same choices, pins and
+    compactions of the log included."""
+    rng = np.random.default_rng(seed)
+    logged = Cache(capacity, "lru", guarded=True)
+    listed = Cache(capacity, "lru")
+    for _ in range(80):
+        keys = np.unique(rng.integers(0, (1 if rng.random() < 0.6 else 3) * capacity + 1,
+                                      int(rng.integers(1, capacity + 2))))
+        slots = logged.lookup(keys)
+        if (slots >= 0).all():
+            _hit_tied(logged._state, rng.permutation(slots).astype(np.int64))
+            assert listed.access(keys).hit.all()
+        else:
+            for a, b in zip(logged.access(keys), listed.access(keys)):
+                np.testing.assert_array_equal(a, b)
+        if rng.random() < 0.2:
+            occupied = np.flatnonzero(listed.slot_keys() >= 0)
+            s = [int(rng.choice(occupied))]
+            pin = rng.random() < 0.5 or not listed.pin_counts()[s[0]]
+            for cache in (logged, listed):
+                cache.pin(s) if pin else cache.unpin(s)
+        np.testing.assert_array_equal(logged.slot_keys(), listed.slot_keys())
+        logged.check_invariants()
+    assert logged.stats() == listed.stats()
+
+
 @functools.lru_cache(maxsize=None)
 def _access_one_loop(policy):
     @jit

@@ -13,7 +13,7 @@ miss: ``admit?`` -> ``pre_miss`` (ghost look-ups, ARC adaptation) -> free slot, 
 ``choose_victim`` (may reorganise queues, skips pinned slots) -> ``evict`` (the one eviction
 funnel: unlink, ghost, map delete, counters) -> ``insert``.
 
-Policy codes index :data:`POLICY_NAMES`. Queues are intrusive doubly linked lists over slot
+Policy codes index :data:`POLICY_NAMES` (but for the internal :data:`LRU_LOG`). Queues are intrusive doubly linked lists over slot
 ids: ``prev`` points toward the head (newest), ``next`` toward the tail (oldest), as in
 libCacheSim. FIFO and CLOCK use the slot ring itself (a hand over slots ``0..c-1``), which
 is the same order as a linked FIFO with reinsertion as long as no key is removed by hand.

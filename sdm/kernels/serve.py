@@ -226,8 +226,9 @@ def probe_batch_for(policy: int):
 
 def hits_commute(policy: int, admission: int) -> bool:
     """A batch that only hits leaves the same cache state whatever order its distinct keys are
-    served in, for ``policy`` behind ``admission`` (codes): :func:`hit_batch_for` serves it
-    (TinyLFU counts every request in a sketch that ages by request count, so order matters)."""
+    served in (for LRU_LOG, the same recency order, its log's layout aside), for ``policy``
+    behind ``admission`` (codes): :func:`hit_batch_for` serves it (TinyLFU counts every
+    request in a sketch that ages by request count, so order matters)."""
     return int(policy) in _ORDER_FREE_HITS and int(admission) != ADM_TINYLFU
 
 
@@ -243,7 +244,7 @@ def hit_batch_for(policy: int):
     one. Its state ends as the general path leaves it after the same batch, counters
     included, since every key hits and the policy's hits commute; only the use stamps'
     positions differ (first sight, not ascending rank), which no batch reads after its own
-    probe.
+    probe, and LRU_LOG's log, whose tied entries give the same recency order.
     """
     policy = int(policy)
 

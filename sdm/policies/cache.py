@@ -115,8 +115,9 @@ class Cache:
 
     The policy owns metadata only; rows live in a buffer the caller owns and indexes by
     slot (``rows[slot]``). Slots are stable: a key stays in its slot until evicted or
-    removed. The simulator (:func:`sdm.simulate`) runs exactly this code, so a store using
-    a :class:`Cache` counts the same hits as the simulator for the same key stream.
+    removed. The simulator (:func:`sdm.simulate`) runs exactly this code (a guarded LRU
+    cache its own, with the same decisions), so a store using a :class:`Cache` counts the
+    same hits as the simulator for the same key stream.
 
     Args:
         capacity: number of slots, ``>= 1``.
@@ -126,7 +127,9 @@ class Cache:
         small_ratio, ghost_ratio, move_to_main: S3-FIFO parameters (libCacheSim defaults).
         guarded: keep a use stamp per slot, so a caller serving many batches at once can hold
             every slot a batch in flight reads without a pin per slot (the live DRAM cache,
-            :mod:`sdm.kernels.serve`).
+            :mod:`sdm.kernels.serve`). A guarded ``lru`` cache keeps a recency log in place
+            of the list, 24 bytes a slot against 8, whose hits cost less in a large cache and
+            may be served a batch at a time in any order (:mod:`sdm.kernels.policies`).
 
     Requests in one batch are served strictly in order, so a key repeated in a batch hits
     on its second request, and a slot assigned early in a batch may be reassigned later in
