@@ -128,7 +128,7 @@ class Cache:
         guarded: keep a use stamp per slot, so a caller serving many batches at once can hold
             every slot a batch in flight reads without a pin per slot (the live DRAM cache,
             :mod:`sdm.kernels.serve`). A guarded ``lru`` cache keeps a recency log in place
-            of the list, 24 bytes a slot against 8, whose hits cost less in a large cache and
+            of the list, 20 bytes a slot against 8, whose hits cost less in a large cache and
             may be served a batch at a time in any order (:mod:`sdm.kernels.policies`).
 
     Requests in one batch are served strictly in order, so a key repeated in a batch hits
