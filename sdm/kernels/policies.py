@@ -13,19 +13,20 @@ miss: ``admit?`` -> ``pre_miss`` (ghost look-ups, ARC adaptation) -> free slot, 
 ``choose_victim`` (may reorganise queues, skips pinned slots) -> ``evict`` (the one eviction
 funnel: unlink, ghost, map delete, counters) -> ``insert``.
 
-Policy codes index :data:`POLICY_NAMES` (but for the internal :data:`LRU_LOG`). Queues are intrusive doubly linked lists over slot
-ids: ``prev`` points toward the head (newest), ``next`` toward the tail (oldest), as in
-libCacheSim. FIFO and CLOCK use the slot ring itself (a hand over slots ``0..c-1``), which
-is the same order as a linked FIFO with reinsertion as long as no key is removed by hand.
+Policy codes index :data:`POLICY_NAMES` (but for the internal :data:`LRU_LOG`). Queues are
+intrusive doubly linked lists over slot ids: ``prev`` points toward the head (newest),
+``next`` toward the tail (oldest), as in libCacheSim. FIFO and CLOCK use the slot ring
+itself (a hand over slots ``0..c-1``), which is the same order as a linked FIFO with
+reinsertion as long as no key is removed by hand.
 
 The live cache runs LRU as :data:`LRU_LOG`, a recency log in place of the list (state
 arrays 21 and 22): every access appends its slot, and the slot's position records its one
 live entry; older entries of the slot go stale and are dropped when the victim scan passes
 them or the log is compacted. A hit so writes one slot's position and appends to the log,
 where moving a slot to the list's head rewrote both its neighbours' links: lines at random in
-a cache of millions of slots. And a batch's hits may tie (:func:`hit_tied`), which
-the victim scan orders by key, the order in which the simulator replays a batch's distinct
-keys; so the live cache may serve a batch of hits in any order. Its decisions are the list's.
+a cache of millions of slots. And a batch's hits may tie (:func:`hit_tied`), which the
+victim scan orders by key, the order in which the simulator replays a batch's distinct keys;
+so the live cache may serve a batch of hits in any order. Its decisions are the list's.
 The simulator keeps the list: its caches' state sits in L2, where the log's extra entries
 cost more than the list's moves (bench/RESULTS.md).
 
