@@ -263,6 +263,12 @@ def _log_slot(log, i):
     return np.int64(log[i]) >> 1
 
 
+@jit(_nrt=False, inline='always')
+def _log_live(pos, log, i):
+    """Entry ``i`` is its slot's live entry (the slot's position names it)."""
+    return pos[_log_slot(log, i)] == i + 1
+
+
 @jit(_nrt=False)
 def _log_compact(meta, pos, log):
     """Move the log's live entries, in order, to its start, dropping the stale ones; returns
@@ -279,8 +285,8 @@ def _log_compact(meta, pos, log):
             prefetch_row(pos, _log_slot(log, i + 64), 8)
         e = np.int64(log[i])
         chain = chain and (e & 1) == 1
-        s = e >> 1
-        if pos[s] == i + 1:
+        if _log_live(pos, log, i):
+            s = e >> 1
             log[k] = np.uint32((s << 1) | (1 if chain else 0))
             pos[s] = k + 1
             k += 1
@@ -338,10 +344,9 @@ def _log_order_ties(meta, pos, log, skey, i):
     meta[M_LOG_ORDERED] = j
     k = i
     for m in range(i, j):  # the live entries to the front; the rest of [k, j) is stale
-        s = _log_slot(log, m)
-        if pos[s] == m + 1:
+        if _log_live(pos, log, m):
+            pos[_log_slot(log, m)] = k + 1
             log[k] = log[m]
-            pos[s] = k + 1
             k += 1
     for r in range(i + (k - i) // 2 - 1, i - 1, -1):  # heapsort by key, in place
         _sift_down(skey, log, i, r, k)
@@ -737,7 +742,7 @@ def _victim_lru_log(st, pol):
     log = st[22]
     tail = meta[M_LOG_TAIL]
     i = meta[M_LOG_HEAD]
-    while i < tail and pos[_log_slot(log, i)] != i + 1:  # stale entries at the front go
+    while i < tail and not _log_live(pos, log, i):  # stale entries at the front go
         i += 1
     meta[M_LOG_HEAD] = i
     while i < tail:
@@ -747,7 +752,7 @@ def _victim_lru_log(st, pol):
             else:
                 meta[M_LOG_ORDERED] = i + 1
         s = _log_slot(log, i)
-        if pos[s] == i + 1 and not _held(st, pins, s):
+        if _log_live(pos, log, i) and not _held(st, pins, s):
             return s
         i += 1
     return np.int64(-1)
@@ -1188,9 +1193,8 @@ def _next_victim_hint(st, pol):
         head = meta[M_LOG_HEAD]
         end = min(head + 8, meta[M_LOG_TAIL])
         for i in range(head, end):
-            s = _log_slot(log, i)
-            if pos[s] == i + 1:
-                return s
+            if _log_live(pos, log, i):
+                return _log_slot(log, i)
         return np.int64(-1)
     if pol == SIEVE:
         v = meta[M_HAND]
